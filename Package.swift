@@ -1,0 +1,60 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// A sink plugin lives in plugins/<dir>/ with its own Sources, Tests and README.
+func plugin(_ name: String, dir: String, extra: [Target.Dependency] = []) -> [Target] {
+    [
+        .target(name: name, dependencies: ["FlowEvents", "FlowJSON"] + extra, path: "plugins/\(dir)/Sources"),
+        .testTarget(name: "\(name)Tests", dependencies: [.target(name: name), "FlowEvents", "FlowFetch", "FlowJSON"],
+                    path: "plugins/\(dir)/Tests"),
+    ]
+}
+
+let package = Package(
+    name: "FlowScope",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "flowscope", targets: ["flowscope"]),
+        .library(name: "FlowFetch", targets: ["FlowFetch"]),
+        .library(name: "FlowScopeTesting", targets: ["FlowScopeTesting"]),
+    ],
+    targets: [
+        // System libraries (Debian packages), reached through module maps and pkg-config.
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+
+        // Layers, lowest first: nothing imports a module above it.
+        .target(name: "FlowJSON"),
+        .target(name: "FlowFetch", dependencies: ["FlowJSON", "COpenSSL"]),
+        .target(name: "FlowEvents", dependencies: ["FlowFetch", "FlowJSON"]),
+        .target(name: "FlowSim", dependencies: ["FlowFetch", "FlowEvents", "FlowJSON"]),
+    ]
+    + plugin("MetricsSink", dir: "metrics")
+    + plugin("MemorySink", dir: "memory")
+    + plugin("SQLiteSink", dir: "sqlite", extra: ["CSQLite"])
+    + plugin("JSONLinesSink", dir: "jsonl")
+    + plugin("OTLPSink", dir: "otlp")
+    + plugin("ExecSink", dir: "exec")
+    + plugin("ConsoleSink", dir: "console")
+    + [
+        .target(name: "FlowScopeServer", dependencies: [
+            "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink", "CMicroHTTPD", "COpenSSL",
+        ]),
+        .target(name: "FlowScopeTesting", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        .target(name: "FlowScopeCLI", dependencies: [
+            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTesting",
+            "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",
+        ]),
+        .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
+
+        .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON"]),
+        .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON"]),
+        .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON"]),
+        .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
+        .testTarget(name: "FlowScopeServerTests", dependencies: ["FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
+        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON"]),
+        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

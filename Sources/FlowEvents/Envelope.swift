@@ -1,0 +1,139 @@
+import FlowFetch
+import FlowJSON
+
+/// An event as sinks, files and the API see it: the engine's event stamped by the pipeline with a
+/// process-wide sequence number, the wall-clock time and the run that produced it.
+public struct Envelope: Sendable {
+    /// Per process, strictly increasing.
+    public var seq: UInt64
+    /// Wall clock, seconds since 1970 (UTC); written as ISO 8601 with microseconds.
+    public var ts: Double
+    /// Engine clock, seconds (virtual in simulation).
+    public var t: Double
+    /// What produced it: `live`, a test name, a simulation id.
+    public var run: String
+    public var trace: TraceID
+    public var span: SpanID
+    public var name: EventName
+    public var placement: String?
+    public var attrs: [String: JSONValue]
+
+    public init(seq: UInt64, ts: Double, t: Double, run: String, trace: TraceID, span: SpanID,
+                name: EventName, placement: String?, attrs: [String: JSONValue]) {
+        self.seq = seq; self.ts = ts; self.t = t; self.run = run; self.trace = trace; self.span = span
+        self.name = name; self.placement = placement; self.attrs = attrs
+    }
+
+    /// Stamps an engine event.
+    public init(_ event: EngineEvent, seq: UInt64, ts: Double, run: String) {
+        self.init(seq: seq, ts: ts, t: event.t, run: run, trace: event.trace, span: event.span,
+                  name: event.name, placement: event.placement, attrs: event.attrs)
+    }
+
+    /// The envelope as one line of compact JSON (no trailing newline), fields in the spec's order.
+    public var jsonLine: String {
+        var out = ""
+        out.reserveCapacity(256)
+        appendJSON(to: &out)
+        return out
+    }
+
+    /// Appends the envelope as compact JSON to `out`.
+    public func appendJSON(to out: inout String) {
+        out += "{\"seq\":"
+        out += String(seq)
+        out += ",\"ts\":\""
+        out += ISO8601.format(ts)
+        out += "\",\"t\":"
+        JSONWriter.writeNumber((t * 1_000_000).rounded() / 1_000_000, to: &out)
+        out += ",\"run\":"
+        JSONWriter.writeString(run, to: &out)
+        out += ",\"trace\":\""
+        out += trace.hex
+        out += "\",\"span\":\""
+        out += span.hex
+        out += "\",\"name\":\""
+        out += name.rawValue
+        out += "\",\"placement\":"
+        if let placement { JSONWriter.writeString(placement, to: &out) } else { out += "null" }
+        out += ",\"attrs\":"
+        JSONWriter.write(.object(attrs), to: &out)
+        out += "}"
+    }
+
+    /// The envelope as a JSON value.
+    public var jsonValue: JSONValue {
+        [
+            "seq": .number(Double(seq)), "ts": .string(ISO8601.format(ts)), "t": .number(t), "run": .string(run),
+            "trace": .string(trace.hex), "span": .string(span.hex), "name": .string(name.rawValue),
+            "placement": placement.map(JSONValue.string) ?? .null, "attrs": .object(attrs),
+        ]
+    }
+}
+
+/// UTC timestamps in ISO 8601 with microseconds, e.g. `2026-12-02T10:11:12.345678Z`.
+public enum ISO8601 {
+    /// Formats seconds since 1970 as ISO 8601 UTC with six fractional digits.
+    public static func format(_ seconds: Double) -> String {
+        let micros = Int64((seconds * 1_000_000).rounded(.down))
+        var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
+        let inDay = micros - days * 86_400_000_000
+        // Civil-from-days (Howard Hinnant).
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let doe = days - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        let secs = inDay / 1_000_000, frac = inDay % 1_000_000
+        func pad(_ v: Int64, _ width: Int) -> String {
+            let s = String(v)
+            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+        }
+        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2)).\(pad(frac, 6))Z"
+    }
+
+    /// Parses what `format` writes (fraction optional, 0-9 digits); nil for anything else.
+    public static func parse(_ text: String) -> Double? {
+        let u = Array(text.utf8)
+        guard u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == UInt8(ascii: "-"), u[7] == UInt8(ascii: "-"),
+              u[10] == UInt8(ascii: "T"), u[13] == UInt8(ascii: ":"), u[16] == UInt8(ascii: ":") else { return nil }
+        func num(_ r: Range<Int>) -> Int64? {
+            var v: Int64 = 0
+            for i in r { let c = u[i]; guard c >= 48, c <= 57 else { return nil }; v = v * 10 + Int64(c - 48) }
+            return v
+        }
+        guard let y = num(0..<4), let m = num(5..<7), let d = num(8..<10), let hh = num(11..<13),
+              let mm = num(14..<16), let ss = num(17..<19), (1...12).contains(m), (1...31).contains(d),
+              hh < 24, mm < 60, ss < 61 else { return nil }
+        var frac = 0.0
+        if u.count > 20 {
+            guard u[19] == UInt8(ascii: "."), u.count - 21 <= 9, u.count - 21 >= 1, let f = num(20..<(u.count - 1)) else { return nil }
+            var scale = 1.0
+            for _ in 0..<(u.count - 21) { scale *= 10 }
+            frac = Double(f) / scale
+        } else if u.count != 20 { return nil }
+        let yy = m <= 2 ? y - 1 : y
+        let era = (yy >= 0 ? yy : yy - 399) / 400
+        let yoe = yy - era * 400
+        let doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return Double(days * 86400 + hh * 3600 + mm * 60 + ss) + frac
+    }
+}
+
+/// A consumer of events: metrics, stores, files, traces. Each sink is fed from its own bounded
+/// queue on its own thread, so a slow sink never slows the engine or another sink.
+public protocol EventSink: AnyObject, Sendable {
+    /// The sink's name in metrics and logs (`metrics`, `memory`, ...).
+    var name: String { get }
+    /// Consumes a batch of events, in seq order. Called from one thread at a time.
+    func consume(_ batch: [Envelope])
+    /// Makes everything consumed so far durable (files flushed, transactions committed).
+    /// Called on shutdown after the last batch, and may be called at other times.
+    func flush()
+}

@@ -1,0 +1,1 @@
+// FlowScopeServer: see the issue that builds it.

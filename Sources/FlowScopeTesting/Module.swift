@@ -1,0 +1,1 @@
+// FlowScopeTesting: see the issue that builds it.

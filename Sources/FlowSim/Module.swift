@@ -1,0 +1,1 @@
+// FlowSim: see the issue that builds it.
