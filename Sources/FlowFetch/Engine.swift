@@ -1,0 +1,455 @@
+import FlowJSON
+
+/// Identifies a call the engine is running.
+public struct CallID: Hashable, Sendable, Comparable {
+    public let raw: Int
+    public static func < (a: CallID, b: CallID) -> Bool { a.raw < b.raw }
+}
+/// Identifies a request the engine asked its driver to send.
+public struct RequestID: Hashable, Sendable { public let raw: Int }
+/// Identifies a timer the engine asked its driver to run.
+public struct TimerID: Hashable, Sendable { public let raw: Int }
+
+/// What drives the engine: sends requests, runs timers, and receives finished calls. The scenario
+/// runner and the simulator drive it in virtual time; FlowClient drives it with a real clock and backend.
+public protocol EngineHost: AnyObject {
+    /// Sends a request; answer with ``FlowEngine/response(_:_:now:)`` unless it is cancelled first.
+    func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID)
+    /// Stops a request: its answer, if it comes, is ignored.
+    func cancel(_ request: RequestID)
+    /// Calls ``FlowEngine/timerFired(_:now:)`` at engine time `at`.
+    func schedule(_ timer: TimerID, at: Double)
+    func unschedule(_ timer: TimerID)
+    /// A call started through the engine's API has ended. Exactly once per call.
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double)
+}
+
+/// The engine: runs the fetch machines, owns the profile and the caches, executes the machines'
+/// actions, and reports events. It has no clock and no I/O of its own; it is driven through its
+/// methods (inputs) and acts through its host. Not thread-safe: drive it from one thread at a time.
+public final class FlowEngine: CacheView {
+    /// Client configuration.
+    public struct Configuration: Sendable {
+        /// Per-request limit for requests that have no loadTimeout.
+        public var requestTimeout: Double
+        /// The bundled fallback flows and layouts.
+        public var fallback: FallbackFile?
+        /// Engine time of activation (attribution delays are measured from it).
+        public var activatedAt: Double
+        public init(requestTimeout: Double = Budget.defaultRequestTimeout, fallback: FallbackFile? = nil, activatedAt: Double = 0) {
+            self.requestTimeout = requestTimeout; self.fallback = fallback; self.activatedAt = activatedAt
+        }
+    }
+
+    public let configuration: Configuration
+    public private(set) var profile: Profile
+    public let flowCache: FlowCache
+    public let layouts: LayoutStore
+    private unowned let host: EngineHost
+    private let events: EngineEventSink?
+    private var newTrace: () -> TraceID
+
+    private enum Machine: Sendable {
+        case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
+        case layout(LayoutMachine), prefetch(AssetPrefetchMachine), profile(ProfileMachine)
+    }
+    private struct Call {
+        var machine: Machine
+        let trace: TraceID
+        let spanBase: UInt64
+        /// The call that started this one as a sub-call, with its tag; nil for top-level and background calls.
+        var parent: (call: CallID, tag: Int)?
+        /// The top-level call this work belongs to.
+        let origin: CallID
+        /// Whether the host hears of its end (false for background work and sub-calls).
+        let reported: Bool
+        var requests: [Int: RequestID] = [:]
+        var timers: [Int: TimerID] = [:]
+        var children: [Int: CallID] = [:]
+    }
+    private var calls: [CallID: Call] = [:]
+    private var requestOwners: [RequestID: (call: CallID, tag: Int)] = [:]
+    private var timerOwners: [TimerID: (call: CallID, tag: Int)] = [:]
+    private var attributionWatchers: Set<CallID> = []
+    private var nextID = 1
+
+    /// An engine for `profile` over the given stores. `traceIDs` makes trace ids (random in production,
+    /// seeded in virtual time).
+    public init(configuration: Configuration = .init(), profile: Profile, flowCache: FlowCache, layouts: LayoutStore,
+                host: EngineHost, events: EngineEventSink?, traceIDs: @escaping () -> TraceID) {
+        self.configuration = configuration
+        self.profile = profile
+        self.flowCache = flowCache
+        self.layouts = layouts
+        self.host = host
+        self.events = events
+        self.newTrace = traceIDs
+    }
+
+    // MARK: calls (inputs from the app)
+
+    /// Starts getFlow. Throws wrongParam (3001) at once, with no request, for invalid arguments.
+    public func getFlow(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
+                        loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+        let m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
+                                   profileId: profile.id, fallback: configuration.fallback)
+        return begin(.get(m), now: now)
+    }
+
+    /// Starts getFlowForDefaultAudience.
+    public func getFlowForDefaultAudience(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
+                                          now: Double) throws(FlowError) -> CallID {
+        let m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
+                                   policy: policy, profileId: profile.id, fallback: configuration.fallback)
+        return begin(.get(m), now: now)
+    }
+
+    /// Starts preloadFlows.
+    public func preloadFlows(placements: [String], loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+        let m = try PreloadMachine(call: .targeted(loadTimeout: loadTimeout), placements: placements, profileId: profile.id)
+        return begin(.preload(m), now: now)
+    }
+
+    /// Starts preloadFlowsForDefaultAudience.
+    public func preloadFlowsForDefaultAudience(placements: [String], now: Double) throws(FlowError) -> CallID {
+        let m = try PreloadMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+                                   placements: placements, profileId: profile.id)
+        return begin(.preload(m), now: now)
+    }
+
+    /// Starts getFlowOrDefault (the attribution race).
+    public func getFlowOrDefault(placement: String, timeout: Double, now: Double) throws(FlowError) -> CallID {
+        let m = try OrDefaultMachine(placement: placement, timeout: timeout,
+                                     attributed: profile.appliedAttributionSources.contains("appleAds"))
+        return begin(.orDefault(m), now: now)
+    }
+
+    /// Starts getFlowConfiguration for a flow; images whose custom media id is in `bundledMediaIds`
+    /// come from the app bundle (the assets resolver) and are never downloaded.
+    public func getFlowConfiguration(flow: Flow, bundledMediaIds: Set<String> = [],
+                                     loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+        let m = try LayoutMachine(flow: flow, loadTimeout: loadTimeout, bundledMediaIds: bundledMediaIds,
+                                  fallback: configuration.fallback, profileId: profile.id)
+        return begin(.layout(m), now: now)
+    }
+
+    /// The trace of a call (shared by its sub-calls and background work).
+    public func trace(of call: CallID) -> TraceID? { calls[call]?.trace }
+
+    /// Whether a call is still running.
+    public func isRunning(_ call: CallID) -> Bool { calls[call] != nil }
+
+    // MARK: inputs from the driver
+
+    /// A request has finished.
+    public func response(_ request: RequestID, _ completion: RequestCompletion, now: Double) {
+        guard let owner = requestOwners.removeValue(forKey: request) else { return }
+        calls[owner.call]?.requests[owner.tag] = nil
+        drive(owner.call, now: now) { machine, cache, actions in
+            switch machine {
+            case .get(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .get(m)
+            case .preload(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .preload(m)
+            case .orDefault(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
+            case .layout(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .layout(m)
+            case .prefetch(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .prefetch(m)
+            case .profile(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .profile(m)
+            }
+        }
+    }
+
+    /// A timer has fired.
+    public func timerFired(_ timer: TimerID, now: Double) {
+        guard let owner = timerOwners.removeValue(forKey: timer) else { return }
+        calls[owner.call]?.timers[owner.tag] = nil
+        drive(owner.call, now: now) { machine, cache, actions in
+            switch machine {
+            case .get(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .get(m)
+            case .preload(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .preload(m)
+            case .orDefault(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
+            case .layout(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .layout(m)
+            case .prefetch(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .prefetch(m)
+            case .profile(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .profile(m)
+            }
+        }
+    }
+
+    /// The caller cancelled a call: it ends with operationInterrupted (9000).
+    public func cancel(_ call: CallID, now: Double) {
+        abort(call, FlowError(.operationInterrupted, "the call was cancelled"), now: now)
+    }
+
+    /// Ends every running call with `error` (a restart uses operationInterrupted).
+    public func interruptAll(_ error: FlowError = FlowError(.operationInterrupted, "interrupted"), now: Double) {
+        for id in calls.keys.sorted() where calls[id]?.parent == nil {
+            abort(id, error, now: now)
+        }
+    }
+
+    /// Switches to another profile: immediate; calls in flight fail with profileWasChanged (3006), the
+    /// other profile's cache entries are dropped, and the profile is fetched in the background.
+    /// Returns the trace of the switch (its events and the profile request), or nil when it is the same profile.
+    @discardableResult
+    public func identify(_ profileId: String, now: Double) -> TraceID? {
+        guard profileId != profile.id, !profileId.isEmpty else { return nil }
+        let old = profile.id
+        interruptAll(FlowError(.profileWasChanged, "profile changed from \(old) to \(profileId)"), now: now)
+        profile = Profile(id: profileId)
+        flowCache.retainOnly(profileId: profileId)
+        let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: configuration.requestTimeout)),
+                         now: now, reported: false, first: { engine, trace in
+            engine.events?.receive(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
+                                               span: SpanID(trace: trace, index: 0),
+                                               attrs: ["from": .string(old), "to": .string(profileId)]))
+        })
+        return trace(of: call) ?? lastTrace
+    }
+
+    /// The backend applied an attribution source to the current profile (observed now).
+    public func applyAttribution(_ source: String, now: Double) {
+        guard !profile.appliedAttributionSources.contains(source) else { return }
+        profile.appliedAttributionSources.insert(source)
+        let trace = newTrace()
+        lastTrace = trace
+        events?.receive(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
+                                    span: SpanID(trace: trace, index: 0),
+                                    attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
+        guard source == "appleAds" else { return }
+        for id in attributionWatchers.sorted() {
+            attributionWatchers.remove(id)
+            drive(id, now: now) { machine, cache, actions in
+                if case .orDefault(var m) = machine {
+                    m.attributionApplied(now: now, cache: cache, actions: &actions)
+                    machine = .orDefault(m)
+                }
+            }
+        }
+    }
+
+    /// The trace id of the last engine-level event (attribution observed, profile switch).
+    public private(set) var lastTrace: TraceID?
+
+    // MARK: CacheView
+
+    public func readFlow(placement: String) -> CacheRead {
+        flowCache.read(CacheKey(profileId: profile.id, placementId: placement))
+    }
+
+    public func readLayout(_ ref: LayoutRef) -> Layout? { layouts.read(ref) }
+
+    // MARK: running machines
+
+    private func begin(_ machine: Machine, now: Double, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
+                       trace inherited: TraceID? = nil, spanBase: UInt64 = 0, origin: CallID? = nil,
+                       first: ((FlowEngine, TraceID) -> Void)? = nil) -> CallID {
+        let id = CallID(raw: nextID)
+        nextID += 1
+        let trace = inherited ?? newTrace()
+        if inherited == nil { lastTrace = trace }
+        calls[id] = Call(machine: machine, trace: trace, spanBase: spanBase, parent: parent, origin: origin ?? id, reported: reported)
+        first?(self, trace)
+        drive(id, now: now) { machine, cache, actions in
+            switch machine {
+            case .get(var m): m.start(now: now, cache: cache, actions: &actions); machine = .get(m)
+            case .preload(var m): m.start(now: now, cache: cache, actions: &actions); machine = .preload(m)
+            case .orDefault(var m): m.start(now: now, cache: cache, actions: &actions); machine = .orDefault(m)
+            case .layout(var m): m.start(now: now, cache: cache, actions: &actions); machine = .layout(m)
+            case .prefetch(var m): m.start(now: now, cache: cache, actions: &actions); machine = .prefetch(m)
+            case .profile(var m): m.start(now: now, cache: cache, actions: &actions); machine = .profile(m)
+            }
+        }
+        return id
+    }
+
+    private func abort(_ id: CallID, _ error: FlowError, now: Double) {
+        drive(id, now: now) { machine, _, actions in
+            switch machine {
+            case .get(var m): m.abort(error, now: now, actions: &actions); machine = .get(m)
+            case .preload(var m): m.abort(error, now: now, actions: &actions); machine = .preload(m)
+            case .orDefault(var m): m.abort(error, now: now, actions: &actions); machine = .orDefault(m)
+            case .layout(var m): m.abort(error, now: now, actions: &actions); machine = .layout(m)
+            case .prefetch(var m): m.abort(error, now: now, actions: &actions); machine = .prefetch(m)
+            case .profile(var m): m.abort(error, now: now, actions: &actions); machine = .profile(m)
+            }
+        }
+    }
+
+    /// Runs one input through a call's machine, then carries out the actions it returned.
+    private func drive(_ id: CallID, now: Double, _ body: (inout Machine, FlowEngine, inout [MachineAction]) -> Void) {
+        guard var call = calls[id] else { return }
+        var actions: [MachineAction] = []
+        body(&call.machine, self, &actions)
+        calls[id]?.machine = call.machine
+        perform(actions, for: id, now: now)
+    }
+
+    private func perform(_ actions: [MachineAction], for id: CallID, now: Double) {
+        for action in actions {
+            guard let call = calls[id] else { return }
+            switch action {
+            case .send(let tag, let spec):
+                let rid = RequestID(raw: nextID)
+                nextID += 1
+                requestOwners[rid] = (id, tag)
+                calls[id]?.requests[tag] = rid
+                host.send(rid, spec, origin: call.origin)
+            case .cancel(let tag):
+                if let rid = calls[id]?.requests.removeValue(forKey: tag) {
+                    requestOwners[rid] = nil
+                    host.cancel(rid)
+                }
+            case .setTimer(let tag, let at):
+                let tid = TimerID(raw: nextID)
+                nextID += 1
+                timerOwners[tid] = (id, tag)
+                calls[id]?.timers[tag] = tid
+                host.schedule(tid, at: at)
+            case .clearTimer(let tag):
+                if let tid = calls[id]?.timers.removeValue(forKey: tag) {
+                    timerOwners[tid] = nil
+                    host.unschedule(tid)
+                }
+            case .storeFlow(let placement, let entry, let keepTargeted):
+                let key = CacheKey(profileId: profile.id, placementId: placement)
+                let result = flowCache.write(key, entry, keepTargeted: keepTargeted)
+                if result.stored {
+                    emit(.cacheStored, placement: placement, span: 0, ["audience": .string(entry.audienceKind),
+                                                                      "bytes": .number(Double(result.bytes))], call, now)
+                }
+                for e in result.evicted {
+                    emit(.cacheEvicted, placement: e.key.placementId, span: 0,
+                         ["key": .string(e.key.description), "bytes": .number(Double(e.bytes))], call, now)
+                }
+            case .storeLayout(let layout):
+                layouts.write(layout)
+                emit(.layoutStored, placement: nil, span: 0,
+                     ["layoutId": .string(layout.id), "version": .number(Double(layout.version))], call, now)
+            case .emit(let name, let placement, let span, let attrs):
+                emit(name, placement: placement, span: span, attrs, call, now)
+            case .startChild(let tag, let child):
+                let machine: Machine
+                do {
+                    switch child {
+                    case .defaultAudience(let placement):
+                        machine = .get(try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+                                                          placement: placement, profileId: profile.id,
+                                                          fallback: configuration.fallback, reportsCall: false))
+                    case .targeted(let placement, let loadTimeout):
+                        machine = .get(try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement,
+                                                          profileId: profile.id, fallback: configuration.fallback,
+                                                          reportsCall: false))
+                    }
+                } catch {
+                    deliverChild(id, tag: tag, .failed(error), now: now)
+                    continue
+                }
+                let childID = CallID(raw: nextID)
+                calls[id]?.children[tag] = childID
+                _ = begin(machine, now: now, reported: false, parent: (id, tag), trace: call.trace,
+                          spanBase: call.spanBase + UInt64(tag + 1) * 1000, origin: call.origin)
+            case .cancelChild(let tag):
+                if let childID = calls[id]?.children.removeValue(forKey: tag) {
+                    calls[childID]?.parent = nil
+                    abort(childID, FlowError(.operationInterrupted, "superseded"), now: now)
+                }
+            case .watchAttribution:
+                attributionWatchers.insert(id)
+            case .prefetchAssets(let urls):
+                let placement: String
+                if case .layout(let m) = call.machine { placement = m.flow.placementId } else { placement = "" }
+                _ = begin(.prefetch(AssetPrefetchMachine(placement: placement, urls: urls,
+                                                         requestTimeout: configuration.requestTimeout, profileId: profile.id)),
+                          now: now, reported: false, trace: call.trace, spanBase: call.spanBase + 100_000, origin: call.origin)
+            case .applyAttribution(let sources):
+                for source in sources.sorted() { applyAttribution(source, now: now) }
+            case .finish(let outcome):
+                finish(id, outcome, now: now)
+                return
+            }
+        }
+    }
+
+    private func finish(_ id: CallID, _ outcome: CallOutcome, now: Double) {
+        guard let call = calls.removeValue(forKey: id) else { return }
+        for rid in call.requests.values { requestOwners[rid] = nil; host.cancel(rid) }
+        for tid in call.timers.values { timerOwners[tid] = nil; host.unschedule(tid) }
+        attributionWatchers.remove(id)
+        if let parent = call.parent {
+            calls[parent.call]?.children[parent.tag] = nil
+            deliverChild(parent.call, tag: parent.tag, outcome, now: now)
+        } else if call.reported {
+            host.finished(id, outcome, now: now)
+        }
+    }
+
+    private func deliverChild(_ parent: CallID, tag: Int, _ outcome: CallOutcome, now: Double) {
+        drive(parent, now: now) { machine, cache, actions in
+            if case .orDefault(var m) = machine {
+                m.child(tag: tag, outcome, now: now, cache: cache, actions: &actions)
+                machine = .orDefault(m)
+            }
+        }
+    }
+
+    private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: [String: JSONValue], _ call: Call, _ now: Double) {
+        guard let events else { return }
+        let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
+        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+    }
+}
+
+/// The background profile fetch after identify: learns which attribution the backend has applied.
+public struct ProfileMachine: FetchMachine {
+    public let profileId: String
+    public let requestTimeout: Double
+    private var startedAt = 0.0
+    private var done = false
+
+    public init(profileId: String, requestTimeout: Double) { self.profileId = profileId; self.requestTimeout = requestTimeout }
+
+    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        startedAt = now
+        actions.append(.emit(.requestStart, placement: nil, span: 1, attrs: ["kind": "profile", "timeout": seconds(requestTimeout)]))
+        actions.append(.send(tag: 0, RequestSpec(kind: .profile, profileId: profileId, timeout: requestTimeout)))
+        actions.append(.setTimer(tag: 1, at: now + requestTimeout))
+    }
+
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+                                  actions: inout [MachineAction]) {
+        guard !done else { return }
+        actions.append(.clearTimer(tag: 1))
+        var attrs: [String: JSONValue] = ["kind": "profile", "duration": seconds(now - startedAt), "bytes": .number(Double(completion.bytes))]
+        var applied: [String] = []
+        switch completion.result {
+        case .success(.profile(let p)) where p.id == profileId:
+            attrs["outcome"] = "ok"
+            applied = Array(p.appliedAttributionSources)
+        case .success:
+            attrs["outcome"] = "malformed"
+        case .failure(let f):
+            attrs["outcome"] = .string(f.outcome)
+        }
+        actions.append(.emit(.requestEnd, placement: nil, span: 1, attrs: attrs))
+        if !applied.isEmpty { actions.append(.applyAttribution(applied)) }
+        end(&actions)
+    }
+
+    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard !done else { return }
+        actions.append(.cancel(tag: 0))
+        actions.append(.emit(.requestEnd, placement: nil, span: 1,
+                             attrs: ["kind": "profile", "outcome": "timeout", "duration": seconds(now - startedAt), "bytes": 0]))
+        end(&actions)
+    }
+
+    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+        guard !done else { return }
+        actions.append(.cancel(tag: 0))
+        actions.append(.clearTimer(tag: 1))
+        end(&actions)
+    }
+
+    private mutating func end(_ actions: inout [MachineAction]) {
+        done = true
+        actions.append(.finish(.done))
+    }
+}

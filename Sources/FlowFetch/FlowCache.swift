@@ -1,0 +1,249 @@
+import FlowJSON
+
+/// A flow cache entry's key: entries are scoped to a profile.
+public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
+    public var profileId: String
+    public var placementId: String
+    public init(profileId: String, placementId: String) { self.profileId = profileId; self.placementId = placementId }
+    public var description: String { "\(profileId)/\(placementId)" }
+}
+
+/// An entry removed to keep the cache under its size cap.
+public struct Eviction: Sendable, Hashable {
+    public var key: CacheKey
+    public var bytes: Int
+    public init(key: CacheKey, bytes: Int) { self.key = key; self.bytes = bytes }
+}
+
+/// The disk layer of the flow cache: encoded entries that survive a restart, capped in size with
+/// least-recently-used eviction. ``InMemoryDiskStore`` stands in for a disk in virtual time; the
+/// runtime provides one over real files.
+public protocol FlowDiskStore: AnyObject {
+    /// The stored bytes for `key` (marking it recently used), or nil.
+    func load(_ key: CacheKey) -> [UInt8]?
+    /// Stores bytes atomically; returns the entries evicted to stay under the cap.
+    func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction]
+    func remove(_ key: CacheKey)
+    /// Removes every entry of every other profile.
+    func removeAll(exceptProfile profileId: String)
+}
+
+/// Least-recently-used bookkeeping shared by disk stores: sizes, recency, and who to evict.
+public struct LRUIndex<Key: Hashable & Sendable>: Sendable {
+    public let maxBytes: Int
+    public private(set) var totalBytes = 0
+    private var sizes: [Key: Int] = [:]
+    private var lastUse: [Key: UInt64] = [:]
+    private var clock: UInt64 = 0
+
+    public init(maxBytes: Int) { self.maxBytes = maxBytes }
+
+    public var count: Int { sizes.count }
+    public func contains(_ key: Key) -> Bool { sizes[key] != nil }
+
+    /// Marks `key` as just used.
+    public mutating func touch(_ key: Key) {
+        guard sizes[key] != nil else { return }
+        clock += 1
+        lastUse[key] = clock
+    }
+
+    /// Records `key` with `bytes` (replacing its old size) and returns the keys to evict, least recently
+    /// used first, so the total fits the cap. The key just recorded is evicted last, and only if it
+    /// alone exceeds the cap.
+    public mutating func record(_ key: Key, bytes: Int) -> [(key: Key, bytes: Int)] {
+        totalBytes += bytes - (sizes[key] ?? 0)
+        sizes[key] = bytes
+        touch(key)
+        var evicted: [(key: Key, bytes: Int)] = []
+        guard totalBytes > maxBytes else { return evicted }
+        for victim in keysByRecency where victim != key && totalBytes > maxBytes {
+            if let size = remove(victim) { evicted.append((victim, size)) }
+        }
+        if totalBytes > maxBytes, let size = remove(key) { evicted.append((key, size)) }
+        return evicted
+    }
+
+    /// Forgets `key`; returns its size if it was known.
+    @discardableResult
+    public mutating func remove(_ key: Key) -> Int? {
+        guard let size = sizes.removeValue(forKey: key) else { return nil }
+        lastUse[key] = nil
+        totalBytes -= size
+        return size
+    }
+
+    /// Every key, least recently used first.
+    public var keysByRecency: [Key] { lastUse.sorted { $0.value < $1.value }.map(\.key) }
+}
+
+/// A disk layer kept in memory: survives engine restarts as long as the object lives (the scenario
+/// runner keeps it across `restart` steps), so it has the restart semantics of a real disk.
+public final class InMemoryDiskStore: FlowDiskStore {
+    private var entries: [CacheKey: [UInt8]] = [:]
+    private var lru: LRUIndex<CacheKey>
+
+    /// A store capped at `maxBytes` (default 20 MiB).
+    public init(maxBytes: Int = 20 * 1024 * 1024) { lru = LRUIndex(maxBytes: maxBytes) }
+
+    public func load(_ key: CacheKey) -> [UInt8]? {
+        lru.touch(key)
+        return entries[key]
+    }
+
+    public func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] {
+        entries[key] = bytes
+        return lru.record(key, bytes: bytes.count).map { victim in
+            entries[victim.key] = nil
+            return Eviction(key: victim.key, bytes: victim.bytes)
+        }
+    }
+
+    public func remove(_ key: CacheKey) {
+        entries[key] = nil
+        lru.remove(key)
+    }
+
+    public func removeAll(exceptProfile profileId: String) {
+        for key in entries.keys where key.profileId != profileId { remove(key) }
+    }
+
+    /// Overwrites a stored entry's bytes without updating its checksum, as a torn write would (tests).
+    public func corrupt(_ key: CacheKey) {
+        guard var bytes = entries[key], !bytes.isEmpty else { return }
+        bytes[bytes.count - 1] ^= 0x5A
+        entries[key] = bytes
+    }
+
+    /// Keys currently stored.
+    public var keys: [CacheKey] { Array(entries.keys) }
+}
+
+/// The flow cache: a memory layer in front of a disk layer. Entries are checksummed on disk; a corrupt
+/// or unreadable entry is deleted and reported, never served. A restart (a new cache over the same
+/// disk layer) keeps disk entries and loses memory entries.
+public final class FlowCache {
+    public let disk: FlowDiskStore
+    private var memory: [CacheKey: CachedFlow] = [:]
+
+    public init(disk: FlowDiskStore) { self.disk = disk }
+
+    /// Reads an entry: memory first, then disk (promoting it to memory).
+    public func read(_ key: CacheKey) -> CacheRead {
+        if let entry = memory[key] {
+            _ = disk.load(key)  // keep the disk layer's recency in step
+            return .hit(entry, layer: .memory)
+        }
+        guard let bytes = disk.load(key) else { return .miss }
+        switch CacheEntryCodec.decode(bytes, key: key) {
+        case .success(let entry):
+            memory[key] = entry
+            return .hit(entry, layer: .disk)
+        case .failure(let reason):
+            disk.remove(key)
+            return .corrupt(key: key.description, reason: reason.message)
+        }
+    }
+
+    /// The outcome of a write.
+    public struct WriteResult: Sendable {
+        public var stored: Bool
+        public var bytes: Int
+        public var evicted: [Eviction]
+    }
+
+    /// Writes an entry. With `keepTargeted`, an existing targeted entry is left in place (a targeted
+    /// entry is never replaced by a default-audience one).
+    public func write(_ key: CacheKey, _ entry: CachedFlow, keepTargeted: Bool) -> WriteResult {
+        if keepTargeted, case .hit(let existing, _) = peek(key), !existing.fromDefaultAudience {
+            return WriteResult(stored: false, bytes: 0, evicted: [])
+        }
+        let bytes = CacheEntryCodec.encode(entry, key: key)
+        memory[key] = entry
+        let evicted = disk.save(key, bytes)
+        for e in evicted { memory[e.key] = nil }
+        return WriteResult(stored: memory[key] != nil, bytes: bytes.count, evicted: evicted)
+    }
+
+    /// Drops every other profile's entries (identify).
+    public func retainOnly(profileId: String) {
+        memory = memory.filter { $0.key.profileId == profileId }
+        disk.removeAll(exceptProfile: profileId)
+    }
+
+    private func peek(_ key: CacheKey) -> CacheRead {
+        if let entry = memory[key] { return .hit(entry, layer: .memory) }
+        return read(key)
+    }
+}
+
+/// Why a stored entry could not be read.
+public struct CacheDecodeFailure: Error, Sendable { public var message: String }
+
+/// The on-disk form of a flow cache entry: a header line with a format tag and the SHA-256 of the body,
+/// then the entry as JSON.
+public enum CacheEntryCodec {
+    static let magic = "flowscope-cache-1 "
+
+    /// Encodes an entry with its checksum.
+    public static func encode(_ entry: CachedFlow, key: CacheKey) -> [UInt8] {
+        let f = entry.flow
+        var layout: JSONValue = .null
+        if let l = f.layout { layout = ["id": .string(l.id), "version": .number(Double(l.version))] }
+        let body: JSONValue = [
+            "profileId": .string(key.profileId), "placementId": .string(f.placementId),
+            "variationId": .string(f.variationId), "audienceName": .string(f.audienceName),
+            "audienceVersionId": .string(f.audienceVersionId), "revision": .number(Double(f.revision)),
+            "productIds": .array(f.productIds.map(JSONValue.string)), "remoteConfig": .object(f.remoteConfig),
+            "layout": layout, "storedAt": .number(entry.storedAt), "fromDefaultAudience": .bool(entry.fromDefaultAudience),
+        ]
+        let bodyBytes = Array(body.jsonText.utf8)
+        return Array((magic + Digest.hex(Digest.sha256(bodyBytes)) + "\n").utf8) + bodyBytes
+    }
+
+    /// Decodes and verifies an entry; any mismatch is a failure with a reason.
+    public static func decode(_ bytes: [UInt8], key: CacheKey) -> Result<CachedFlow, CacheDecodeFailure> {
+        func fail(_ m: String) -> Result<CachedFlow, CacheDecodeFailure> { .failure(CacheDecodeFailure(message: m)) }
+        guard let newline = bytes.firstIndex(of: 10) else { return fail("no header") }
+        let header = String(decoding: bytes[..<newline], as: UTF8.self)
+        guard header.hasPrefix(magic) else { return fail("unknown format") }
+        let body = Array(bytes[(newline + 1)...])
+        guard Digest.hex(Digest.sha256(body)) == header.dropFirst(magic.count) else { return fail("checksum mismatch") }
+        do {
+            let root = try JSON5.parse(bytes: body)
+            let o = try JSONCursor(root).object()
+            guard try o.required("profileId").string() == key.profileId,
+                  try o.required("placementId").string() == key.placementId else { return fail("entry of another key") }
+            var layout: LayoutRef?
+            if let l = o.optional("layout"), !l.isNull {
+                let lo = try l.object()
+                layout = LayoutRef(id: try lo.required("id").string(), version: try lo.required("version").int())
+            }
+            let fromDefault = try o.required("fromDefaultAudience").bool()
+            let flow = Flow(placementId: key.placementId, variationId: try o.required("variationId").string(),
+                            audienceName: try o.required("audienceName").string(),
+                            audienceVersionId: try o.required("audienceVersionId").string(),
+                            revision: try o.required("revision").int(),
+                            productIds: try o.required("productIds").array().map { c throws(JSONInputError) in try c.string() },
+                            remoteConfig: try o.required("remoteConfig").object().members,
+                            layout: layout, source: .cache, targetingLost: fromDefault)
+            return .success(CachedFlow(flow: flow, storedAt: try o.required("storedAt").double(), fromDefaultAudience: fromDefault))
+        } catch {
+            return fail("unreadable entry: \(error.description)")
+        }
+    }
+}
+
+/// The layout cache: layouts by id and version; survives restarts.
+public protocol LayoutStore: AnyObject {
+    func read(_ ref: LayoutRef) -> Layout?
+    func write(_ layout: Layout)
+}
+
+/// A layout store kept in memory (virtual time; kept across restarts by whoever owns it).
+public final class InMemoryLayoutStore: LayoutStore {
+    private var layouts: [LayoutRef: Layout] = [:]
+    public init() {}
+    public func read(_ ref: LayoutRef) -> Layout? { layouts[ref] }
+    public func write(_ layout: Layout) { layouts[layout.ref] = layout }
+}

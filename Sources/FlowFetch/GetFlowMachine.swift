@@ -1,0 +1,294 @@
+import FlowJSON
+
+/// getFlow and getFlowForDefaultAudience as a pure state machine (fetch-semantics.md).
+///
+/// getFlow: cache read per policy, stage A (targeted request, deadline start + A), stage B (cache
+/// entry, else a default-audience request), stage C (cache entry, fallback file, or the last error).
+/// getFlowForDefaultAudience: cache read per policy, a default-audience request with the client's
+/// requestTimeout, then stage C.
+public struct GetFlowMachine: FetchMachine {
+    /// Which of the two calls this is.
+    public enum Call: Sendable, Hashable {
+        case getFlow(loadTimeout: Double)
+        case defaultAudience(requestTimeout: Double)
+    }
+
+    public let call: Call
+    public let placement: String
+    public let policy: FetchPolicy
+    public let profileId: String
+    /// The fallback file's flow for this placement, if the app ships one.
+    public let fallbackFlow: Flow?
+    /// False for the sub-calls of getFlowOrDefault, which report through their parent's fetch.start/end.
+    public let reportsCall: Bool
+    /// The loadTimeout the caller asked for, when it was raised to the minimum (reported as param.clamped).
+    public let requestedLoadTimeout: Double?
+
+    private enum Stage: Sendable { case idle, targeted, defaultAudience, done }
+    private var stage = Stage.idle
+    private var startedAt = 0.0
+    private var requestTag = -1
+    private var requestStartedAt = 0.0
+    private var requestBudget = 0.0
+    private var timerTag = -1
+    private var nextTag = 0
+    private var lastFailure: RequestFailure?
+    private var reportedMiss = false
+
+    /// Validates the arguments and builds the machine. Throws wrongParam (3001) for an empty
+    /// placement id or a loadTimeout that is not finite or negative; raises a loadTimeout below 1 to 1.
+    public init(call: Call, placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData, profileId: String,
+                fallback: FallbackFile? = nil, reportsCall: Bool = true) throws(FlowError) {
+        guard let id = Budget.normalizePlacement(placement) else {
+            throw FlowError(.wrongParam, "placement id is empty")
+        }
+        var resolved = call
+        var requested: Double?
+        if case .getFlow(let t) = call {
+            guard let clamped = Budget.clampLoadTimeout(t) else {
+                throw FlowError(.wrongParam, "loadTimeout must be a finite number >= 0, got \(t)")
+            }
+            if clamped != t { requested = t }
+            resolved = .getFlow(loadTimeout: clamped)
+        }
+        if case .returnCacheDataIfNotExpiredElseLoad(let maxAge) = policy, !(maxAge.isFinite && maxAge >= 0) {
+            throw FlowError(.wrongParam, "maxAge must be a finite number >= 0, got \(maxAge)")
+        }
+        self.call = resolved
+        self.placement = id
+        self.policy = policy
+        self.profileId = profileId
+        self.fallbackFlow = fallback?.flow(for: id)
+        self.reportsCall = reportsCall
+        self.requestedLoadTimeout = requested
+    }
+
+    private var callName: String {
+        if case .getFlow = call { "getFlow" } else { "getFlowForDefaultAudience" }
+    }
+    private var loadTimeout: Double? {
+        if case .getFlow(let t) = call { t } else { nil }
+    }
+
+    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard stage == .idle else { return }
+        startedAt = now
+        if let requested = requestedLoadTimeout, let t = loadTimeout {
+            emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": .number(t)], &actions)
+        }
+        if reportsCall {
+            emit(.fetchStart, ["call": .string(callName), "policy": .string(policy.description),
+                               "loadTimeout": loadTimeout.map(JSONValue.number) ?? .null], &actions)
+        }
+        switch policy {
+        case .reloadRevalidatingCacheData:
+            break
+        case .returnCacheDataElseLoad:
+            if let (entry, _) = lookup(now: now, cache: cache, &actions) {
+                return finishFromCache(entry, now: now, &actions)
+            }
+        case .returnCacheDataIfNotExpiredElseLoad(let maxAge):
+            switch read(cache) {
+            case .hit(let entry, let layer):
+                let age = now - entry.storedAt
+                if age < maxAge {
+                    emitHit(entry, layer: layer, now: now, &actions)
+                    return finishFromCache(entry, now: now, &actions)
+                }
+                emit(.cacheExpired, ["age": seconds(age), "maxAge": .number(maxAge)], &actions)
+                reportedMiss = true
+            case .miss:
+                emitMiss(&actions)
+            case .corrupt(let key, let reason):
+                emit(.cacheCorrupt, ["key": .string(key), "reason": .string(reason)], &actions)
+                emitMiss(&actions)
+            }
+        }
+        switch call {
+        case .getFlow(let t):
+            stage = .targeted
+            send(.targeted, budget: Budget.stageA(t), now: now, &actions)
+        case .defaultAudience(let requestTimeout):
+            stage = .defaultAudience
+            send(.default, budget: requestTimeout, now: now, &actions)
+        }
+    }
+
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+                                  actions: inout [MachineAction]) {
+        guard tag == requestTag, stage == .targeted || stage == .defaultAudience else { return }
+        actions.append(.clearTimer(tag: timerTag))
+        requestTag = -1
+        var result = completion.result
+        var drawn: (AudiencePayload, Variation)?
+        if case .success(let body) = result {
+            if case .audience(let payload) = body, let v = VariationDraw.pick(payload, profileId: profileId) {
+                drawn = (payload, v)
+            } else if case .audience = body {
+                result = .failure(.malformed(reason: "variation weights do not sum to 100"))
+            } else {
+                result = .failure(.malformed(reason: "unexpected response body"))
+            }
+        }
+        emitRequestEnd(tag: tag, result: result, bytes: completion.bytes, now: now, &actions)
+        if let (payload, variation) = drawn {
+            let fromDefault = stage == .defaultAudience
+            let flow = Flow(payload: payload, variation: variation, source: fromDefault ? .defaultAudience : .network,
+                            targetingLost: fromDefault)
+            actions.append(.storeFlow(placement: placement,
+                                      CachedFlow(flow: flow, storedAt: now, fromDefaultAudience: fromDefault),
+                                      keepTargeted: fromDefault))
+            return finish(.flow(flow), now: now, &actions)
+        }
+        guard case .failure(let failure) = result else { return }
+        failed(failure, now: now, cache: cache, &actions)
+    }
+
+    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard tag == timerTag, requestTag >= 0 else { return }
+        let cut = requestTag
+        requestTag = -1
+        actions.append(.cancel(tag: cut))
+        emitRequestEnd(tag: cut, result: .failure(.timeout), bytes: 0, now: now, &actions)
+        emit(.timeout, ["stage": .string(stage == .targeted ? "targeted" : "default"),
+                        "budget": seconds(requestBudget), "elapsed": seconds(now - startedAt)], &actions)
+        failed(.timeout, now: now, cache: cache, &actions)
+    }
+
+    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+        guard stage != .done else { return }
+        if requestTag >= 0 {
+            actions.append(.cancel(tag: requestTag))
+            actions.append(.clearTimer(tag: timerTag))
+            emitRequestEnd(tag: requestTag, result: .failure(.cancelled), bytes: 0, now: now, &actions)
+            requestTag = -1
+        }
+        finish(.failed(error), now: now, &actions)
+    }
+
+    // MARK: stages
+
+    private mutating func failed(_ failure: RequestFailure, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+        lastFailure = failure
+        let reason = failure.errorClass
+        if stage == .targeted, reason.fallsBack {
+            stageB(reason: reason, now: now, cache: cache, &actions)
+        } else {
+            stageC(reason: reason, now: now, cache: cache, &actions)
+        }
+    }
+
+    private mutating func stageB(reason: ErrorClass, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+        if let (entry, _) = lookup(now: now, cache: cache, &actions) {
+            emit(.fallback, ["to": "cache", "reason": .string(reason.rawValue)], &actions)
+            return finishFromCache(entry, now: now, &actions)
+        }
+        emit(.fallback, ["to": "defaultAudience", "reason": .string(reason.rawValue)], &actions)
+        stage = .defaultAudience
+        send(.default, budget: Budget.stageB(loadTimeout ?? 0, elapsed: now - startedAt), now: now, &actions)
+    }
+
+    private mutating func stageC(reason: ErrorClass, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+        if let (entry, _) = lookup(now: now, cache: cache, &actions) {
+            emit(.fallback, ["to": "cache", "reason": .string(reason.rawValue)], &actions)
+            return finishFromCache(entry, now: now, &actions)
+        }
+        if let flow = fallbackFlow {
+            emit(.fallback, ["to": "fallbackFile", "reason": .string(reason.rawValue)], &actions)
+            return finish(.flow(flow), now: now, &actions)
+        }
+        finish(.failed((lastFailure ?? .timeout).flowError), now: now, &actions)
+    }
+
+    // MARK: pieces
+
+    private mutating func send(_ kind: RequestKind, budget: Double, now: Double, _ actions: inout [MachineAction]) {
+        requestTag = nextTag
+        timerTag = nextTag + 1
+        nextTag += 2
+        requestStartedAt = now
+        requestBudget = budget
+        actions.append(.emit(.requestStart, placement: placement, span: requestTag + 1,
+                             attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
+        actions.append(.send(tag: requestTag, RequestSpec(kind: kind, placement: placement, profileId: profileId, timeout: budget)))
+        actions.append(.setTimer(tag: timerTag, at: now + budget))
+    }
+
+    private func emitRequestEnd(tag: Int, result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
+        var attrs: [String: JSONValue] = [
+            "kind": .string(stage == .targeted ? "targeted" : "default"),
+            "duration": seconds(now - requestStartedAt), "bytes": .number(Double(bytes)),
+        ]
+        switch result {
+        case .success: attrs["outcome"] = "ok"; attrs["status"] = 200
+        case .failure(let f):
+            attrs["outcome"] = .string(f.outcome)
+            if case .http(let status) = f { attrs["status"] = .number(Double(status)) }
+            if case .malformed = f { attrs["status"] = 200 }
+        }
+        actions.append(.emit(.requestEnd, placement: placement, span: tag + 1, attrs: attrs))
+    }
+
+    private func read(_ cache: some CacheView) -> CacheRead { cache.readFlow(placement: placement) }
+
+    /// Reads the cache and reports the lookup: a hit, or a miss (only the first miss of a call is reported).
+    private mutating func lookup(now: Double, cache: some CacheView, _ actions: inout [MachineAction]) -> (CachedFlow, CacheLayer)? {
+        switch read(cache) {
+        case .hit(let entry, let layer):
+            emitHit(entry, layer: layer, now: now, &actions)
+            return (entry, layer)
+        case .miss:
+            emitMiss(&actions)
+        case .corrupt(let key, let reason):
+            emit(.cacheCorrupt, ["key": .string(key), "reason": .string(reason)], &actions)
+            emitMiss(&actions)
+        }
+        return nil
+    }
+
+    private func emitHit(_ entry: CachedFlow, layer: CacheLayer, now: Double, _ actions: inout [MachineAction]) {
+        emit(.cacheHit, ["layer": .string(layer.rawValue), "age": seconds(now - entry.storedAt),
+                         "audience": .string(entry.audienceKind)], &actions)
+    }
+
+    private mutating func emitMiss(_ actions: inout [MachineAction]) {
+        guard !reportedMiss else { return }
+        reportedMiss = true
+        emit(.cacheMiss, [:], &actions)
+    }
+
+    private mutating func finishFromCache(_ entry: CachedFlow, now: Double, _ actions: inout [MachineAction]) {
+        var flow = entry.flow
+        flow.source = .cache
+        flow.targetingLost = entry.fromDefaultAudience
+        finish(.flow(flow), now: now, &actions)
+    }
+
+    private mutating func finish(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+        stage = .done
+        if reportsCall {
+            actions.append(.emit(.fetchEnd, placement: placement, span: 0,
+                                 attrs: fetchEndAttrs(call: callName, outcome, duration: now - startedAt)))
+        }
+        actions.append(.finish(outcome))
+    }
+
+    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
+        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
+    }
+}
+
+/// The attributes of fetch.end for a call's outcome.
+func fetchEndAttrs(call: String, _ outcome: CallOutcome, duration: Double) -> [String: JSONValue] {
+    var attrs: [String: JSONValue] = ["call": .string(call), "duration": seconds(duration)]
+    if let flow = outcome.flow {
+        attrs["source"] = .string(flow.source.rawValue)
+        attrs["variation"] = .string(flow.variationId)
+        attrs["audience"] = .string(flow.audienceName)
+        attrs["targetingLost"] = .bool(flow.targetingLost)
+        if case .configuration(let c) = outcome { attrs["source"] = .string(c.source.rawValue) }
+    } else if let error = outcome.error {
+        attrs["errorCode"] = .number(Double(error.code.rawValue))
+    }
+    return attrs
+}

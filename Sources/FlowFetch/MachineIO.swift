@@ -1,0 +1,123 @@
+import FlowJSON
+
+/// Which layer of the flow cache answered.
+public enum CacheLayer: String, Sendable, Hashable { case memory, disk }
+
+/// A flow as the cache keeps it.
+public struct CachedFlow: Sendable, Hashable {
+    public var flow: Flow
+    /// Engine-clock time the entry was stored.
+    public var storedAt: Double
+    /// True when stored from a default-audience fetch (serving it loses targeting).
+    public var fromDefaultAudience: Bool
+    public init(flow: Flow, storedAt: Double, fromDefaultAudience: Bool) {
+        self.flow = flow; self.storedAt = storedAt; self.fromDefaultAudience = fromDefaultAudience
+    }
+    /// The audience kind as events write it.
+    public var audienceKind: String { fromDefaultAudience ? "default" : "targeted" }
+}
+
+/// The answer to a cache read.
+public enum CacheRead: Sendable, Hashable {
+    case hit(CachedFlow, layer: CacheLayer)
+    case miss
+    /// The entry could not be read; the store has deleted it. Treated as a miss.
+    case corrupt(key: String, reason: String)
+}
+
+/// What the machines may read synchronously while handling an input ("reading a cache takes no time").
+public protocol CacheView {
+    /// The flow cache entry of the current profile for a placement.
+    func readFlow(placement: String) -> CacheRead
+    /// A cached layout, if the layout cache holds this id and version.
+    func readLayout(_ ref: LayoutRef) -> Layout?
+}
+
+/// A call a machine starts as part of its own work (getFlowOrDefault's two paths).
+public enum ChildCall: Sendable, Hashable {
+    /// getFlowForDefaultAudience with the default policy.
+    case defaultAudience(placement: String)
+    /// getFlow with the default policy and the given loadTimeout.
+    case targeted(placement: String, loadTimeout: Double)
+}
+
+/// How a call ended.
+public enum CallOutcome: Sendable, Hashable {
+    case flow(Flow)
+    case configuration(FlowConfiguration)
+    /// A call that returns nothing (preload) completed without error.
+    case done
+    case failed(FlowError)
+
+    /// The error, if the call failed.
+    public var error: FlowError? { if case .failed(let e) = self { e } else { nil } }
+    /// The flow, if the call returned one.
+    public var flow: Flow? {
+        switch self {
+        case .flow(let f): f
+        case .configuration(let c): c.flow
+        default: nil
+        }
+    }
+}
+
+/// A finished request as the driver reports it.
+public struct RequestCompletion: Sendable, Hashable {
+    public var result: RequestResult
+    /// Bytes of the response body (0 when unknown or failed).
+    public var bytes: Int
+    public init(_ result: RequestResult, bytes: Int = 0) { self.result = result; self.bytes = bytes }
+}
+
+/// What a machine asks its driver to do. Tags are local to the machine.
+public enum MachineAction: Sendable {
+    /// Send a request; answer later with the same tag.
+    case send(tag: Int, RequestSpec)
+    /// Stop a request; no answer is expected any more.
+    case cancel(tag: Int)
+    /// Fire `timer(tag:)` at engine time `at`.
+    case setTimer(tag: Int, at: Double)
+    case clearTimer(tag: Int)
+    /// Store a flow for the current profile. With `keepTargeted`, an existing targeted entry wins.
+    case storeFlow(placement: String, CachedFlow, keepTargeted: Bool)
+    case storeLayout(Layout)
+    /// Report an event; `span` 0 is the call's root span, n > 0 the span of request tag n - 1.
+    case emit(EventName, placement: String?, span: Int, attrs: [String: JSONValue])
+    /// Start a sub-call; its outcome comes back through `child(tag:)`.
+    case startChild(tag: Int, ChildCall)
+    /// Stop a sub-call; its outcome is not delivered.
+    case cancelChild(tag: Int)
+    /// Deliver `attributionApplied` when the profile gains `appleAds`.
+    case watchAttribution
+    /// Download these images in the background (never blocks or fails the call).
+    case prefetchAssets(urls: [String])
+    /// The backend reports these attribution sources applied to the current profile.
+    case applyAttribution([String])
+    /// The call is over: deliver this outcome. Exactly once per machine.
+    case finish(CallOutcome)
+}
+
+/// Inputs every machine accepts. Each returns its actions by appending to `actions`.
+public protocol FetchMachine: Sendable {
+    /// The call starts at `now`.
+    mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction])
+    /// A request this machine sent has finished.
+    mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    /// A timer this machine set has fired.
+    mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    /// A sub-call this machine started has ended.
+    mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    /// The profile gained `appleAds` (only sent after `watchAttribution`).
+    mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction])
+    /// The call is stopped from outside (cancellation 9000, profile switch 3006, restart).
+    mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction])
+}
+
+extension FetchMachine {
+    public mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction]) {}
+    public mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction]) {}
+}
+
+/// Rounds engine times for attributes (microseconds), so virtual runs print clean numbers.
+@inline(__always)
+func seconds(_ v: Double) -> JSONValue { .number((v * 1_000_000).rounded() / 1_000_000) }

@@ -1,0 +1,163 @@
+import FlowJSON
+
+/// A user's profile as the engine knows it.
+public struct Profile: Sendable, Hashable {
+    /// The profile id; cache entries and variation draws are scoped to it.
+    public var id: String
+    /// Attribution sources the backend has applied to this profile (`appleAds` is the one the seeds use).
+    public var appliedAttributionSources: Set<String>
+    public init(id: String, appliedAttributionSources: Set<String> = []) {
+        self.id = id
+        self.appliedAttributionSources = appliedAttributionSources
+    }
+}
+
+/// The default audience every placement has.
+public let defaultAudienceName = "All Users"
+
+/// Reference to a layout: its id and version.
+public struct LayoutRef: Sendable, Hashable {
+    public var id: String
+    public var version: Int
+    public init(id: String, version: Int) { self.id = id; self.version = version }
+}
+
+/// One variant of an audience as the backend sends it.
+public struct Variation: Sendable, Hashable {
+    public var id: String
+    /// Integer weight; an audience's weights sum to 100.
+    public var weight: Int
+    public var revision: Int
+    public var productIds: [String]
+    public var remoteConfig: [String: JSONValue]
+    public var layout: LayoutRef?
+    public init(id: String, weight: Int, revision: Int = 0, productIds: [String] = [],
+                remoteConfig: [String: JSONValue] = [:], layout: LayoutRef? = nil) {
+        self.id = id; self.weight = weight; self.revision = revision; self.productIds = productIds
+        self.remoteConfig = remoteConfig; self.layout = layout
+    }
+}
+
+/// What the backend answers for a placement: the audience resolved for the profile, with all its
+/// variations. The client draws one (``VariationDraw``).
+public struct AudiencePayload: Sendable, Hashable {
+    public var placementId: String
+    public var audienceName: String
+    public var audienceVersionId: String
+    public var variations: [Variation]
+    public init(placementId: String, audienceName: String, audienceVersionId: String, variations: [Variation]) {
+        self.placementId = placementId; self.audienceName = audienceName
+        self.audienceVersionId = audienceVersionId; self.variations = variations
+    }
+}
+
+/// Where a flow (or a layout) came from.
+public enum FlowSource: String, Sendable, Hashable, CaseIterable {
+    case network, cache, defaultAudience, fallbackFile
+}
+
+/// What getFlow returns: the variation chosen for a placement, and where it came from.
+public struct Flow: Sendable, Hashable {
+    public var placementId: String
+    public var variationId: String
+    public var audienceName: String
+    public var audienceVersionId: String
+    public var revision: Int
+    public var productIds: [String]
+    public var remoteConfig: [String: JSONValue]
+    public var layout: LayoutRef?
+    public var source: FlowSource
+    /// True when the flow came from a default-audience fetch (directly, from the fallback file, or
+    /// from a cache entry stored from one): the user's own audience may have been missed.
+    public var targetingLost: Bool
+
+    public init(placementId: String, variationId: String, audienceName: String, audienceVersionId: String,
+                revision: Int = 0, productIds: [String] = [], remoteConfig: [String: JSONValue] = [:],
+                layout: LayoutRef? = nil, source: FlowSource, targetingLost: Bool) {
+        self.placementId = placementId; self.variationId = variationId; self.audienceName = audienceName
+        self.audienceVersionId = audienceVersionId; self.revision = revision; self.productIds = productIds
+        self.remoteConfig = remoteConfig; self.layout = layout; self.source = source; self.targetingLost = targetingLost
+    }
+
+    /// The flow made of `variation` of `payload`.
+    public init(payload: AudiencePayload, variation: Variation, source: FlowSource, targetingLost: Bool) {
+        self.init(placementId: payload.placementId, variationId: variation.id, audienceName: payload.audienceName,
+                  audienceVersionId: payload.audienceVersionId, revision: variation.revision,
+                  productIds: variation.productIds, remoteConfig: variation.remoteConfig, layout: variation.layout,
+                  source: source, targetingLost: targetingLost)
+    }
+}
+
+/// How getFlow uses the cache before going to the network.
+public enum FetchPolicy: Sendable, Hashable, CustomStringConvertible {
+    /// Network first; the cache only as a fallback. The default.
+    case reloadRevalidatingCacheData
+    /// A cached entry of any age is returned at once, with no request.
+    case returnCacheDataElseLoad
+    /// A cached entry younger than `maxAge` seconds is returned at once; an older one is expired.
+    case returnCacheDataIfNotExpiredElseLoad(maxAge: Double)
+
+    public var description: String {
+        switch self {
+        case .reloadRevalidatingCacheData: "reloadRevalidatingCacheData"
+        case .returnCacheDataElseLoad: "returnCacheDataElseLoad"
+        case .returnCacheDataIfNotExpiredElseLoad(let maxAge):
+            "returnCacheDataIfNotExpiredElseLoad(\(JSONValue.number(maxAge).jsonText))"
+        }
+    }
+}
+
+/// One image of a layout.
+public struct LayoutImage: Sendable, Hashable {
+    /// Where the full image is downloaded from.
+    public var url: String
+    /// A custom media id an app's assets resolver may map to a bundled file.
+    public var customMediaId: String?
+    /// Inline low-resolution preview (base64), shown until the image is there.
+    public var preview: String?
+    public init(url: String, customMediaId: String? = nil, preview: String? = nil) {
+        self.url = url; self.customMediaId = customMediaId; self.preview = preview
+    }
+}
+
+/// A flow's layout: screens, styles and texts (kept as JSON), images and video references.
+public struct Layout: Sendable, Hashable {
+    public var id: String
+    public var version: Int
+    public var screens: JSONValue
+    public var images: [LayoutImage]
+    /// Video references; videos are never cached by the engine.
+    public var videos: [String]
+    public init(id: String, version: Int, screens: JSONValue = .array([]), images: [LayoutImage] = [], videos: [String] = []) {
+        self.id = id; self.version = version; self.screens = screens; self.images = images; self.videos = videos
+    }
+    public var ref: LayoutRef { LayoutRef(id: id, version: version) }
+}
+
+/// What getFlowConfiguration returns: the layout for a flow and where it came from.
+public struct FlowConfiguration: Sendable, Hashable {
+    public var flow: Flow
+    public var layout: Layout
+    /// `cache`, `fallbackFile` or `network`.
+    public var source: FlowSource
+    public init(flow: Flow, layout: Layout, source: FlowSource) { self.flow = flow; self.layout = layout; self.source = source }
+}
+
+/// The bundled fallback file: one default-audience flow per placement, and layouts.
+public struct FallbackFile: Sendable, Hashable {
+    /// The only format version this engine reads.
+    public static let supportedFormatVersion = 1
+    public var createdAt: Double
+    /// Per placement: the audience payload with exactly one variation.
+    public var placements: [String: AudiencePayload]
+    public var layouts: [String: Layout]
+    public init(createdAt: Double = 0, placements: [String: AudiencePayload], layouts: [String: Layout] = [:]) {
+        self.createdAt = createdAt; self.placements = placements; self.layouts = layouts
+    }
+
+    /// The fallback flow for a placement, if the file has one.
+    public func flow(for placementId: String) -> Flow? {
+        guard let payload = placements[placementId], let variation = payload.variations.first else { return nil }
+        return Flow(payload: payload, variation: variation, source: .fallbackFile, targetingLost: true)
+    }
+}

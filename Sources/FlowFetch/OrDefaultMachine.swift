@@ -1,0 +1,110 @@
+import FlowJSON
+
+/// getFlowOrDefault, the attribution race, as a pure state machine (fetch-semantics.md).
+///
+/// A default-audience fetch starts at once in the background. The attribution path (wait for
+/// `appleAds`, then getFlow with T = 5) races a timer of `timeout` seconds. Exactly one result is
+/// delivered: the targeted flow if the attribution path wins, else the default fetch's result.
+public struct OrDefaultMachine: FetchMachine {
+    /// The loadTimeout of the attribution path's getFlow.
+    public static let attributionLoadTimeout = 5.0
+
+    public let placement: String
+    public let timeout: Double
+    /// Whether the profile already has `appleAds` applied when the call starts.
+    public let attributed: Bool
+
+    private static let defaultChild = 0, targetedChild = 1, raceTimer = 2
+    private enum Race: Sendable { case idle, waitingForAttribution, fetchingTargeted, awaitingDefault, done }
+    private var race = Race.idle
+    private var defaultOutcome: CallOutcome?
+    private var startedAt = 0.0
+
+    /// Validates and builds the machine; throws wrongParam (3001) for an empty placement or a bad timeout.
+    public init(placement: String, timeout: Double, attributed: Bool) throws(FlowError) {
+        guard let id = Budget.normalizePlacement(placement) else { throw FlowError(.wrongParam, "placement id is empty") }
+        guard timeout.isFinite, timeout >= 0 else {
+            throw FlowError(.wrongParam, "timeout must be a finite number >= 0, got \(timeout)")
+        }
+        self.placement = id
+        self.timeout = timeout
+        self.attributed = attributed
+    }
+
+    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard race == .idle else { return }
+        startedAt = now
+        emit(.fetchStart, ["call": "getFlowOrDefault", "policy": .string(FetchPolicy.reloadRevalidatingCacheData.description),
+                           "loadTimeout": .null, "timeout": .number(timeout)], &actions)
+        actions.append(.startChild(tag: Self.defaultChild, .defaultAudience(placement: placement)))
+        actions.append(.setTimer(tag: Self.raceTimer, at: now + timeout))
+        if attributed {
+            startTargeted(&actions)
+        } else {
+            race = .waitingForAttribution
+            actions.append(.watchAttribution)
+        }
+    }
+
+    public mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard race == .waitingForAttribution else { return }
+        startTargeted(&actions)
+    }
+
+    public mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        switch tag {
+        case Self.defaultChild:
+            defaultOutcome = outcome
+            if race == .awaitingDefault { deliver(outcome, now: now, &actions) }
+        case Self.targetedChild where race == .fetchingTargeted:
+            actions.append(.clearTimer(tag: Self.raceTimer))
+            if outcome.error == nil {
+                if defaultOutcome == nil { actions.append(.cancelChild(tag: Self.defaultChild)) }
+                deliver(outcome, now: now, &actions)
+            } else {
+                awaitDefault(now: now, &actions)
+            }
+        default:
+            break
+        }
+    }
+
+    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+        guard tag == Self.raceTimer, race == .waitingForAttribution || race == .fetchingTargeted else { return }
+        emit(.attributionTimeout, ["after": seconds(now - startedAt)], &actions)
+        if race == .fetchingTargeted { actions.append(.cancelChild(tag: Self.targetedChild)) }
+        awaitDefault(now: now, &actions)
+    }
+
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+                                  actions: inout [MachineAction]) {}
+
+    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+        guard race != .done else { return }
+        actions.append(.clearTimer(tag: Self.raceTimer))
+        if defaultOutcome == nil { actions.append(.cancelChild(tag: Self.defaultChild)) }
+        if race == .fetchingTargeted { actions.append(.cancelChild(tag: Self.targetedChild)) }
+        deliver(.failed(error), now: now, &actions)
+    }
+
+    private mutating func startTargeted(_ actions: inout [MachineAction]) {
+        race = .fetchingTargeted
+        actions.append(.startChild(tag: Self.targetedChild, .targeted(placement: placement, loadTimeout: Self.attributionLoadTimeout)))
+    }
+
+    private mutating func awaitDefault(now: Double, _ actions: inout [MachineAction]) {
+        race = .awaitingDefault
+        if let outcome = defaultOutcome { deliver(outcome, now: now, &actions) }
+    }
+
+    private mutating func deliver(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+        race = .done
+        actions.append(.emit(.fetchEnd, placement: placement, span: 0,
+                             attrs: fetchEndAttrs(call: "getFlowOrDefault", outcome, duration: now - startedAt)))
+        actions.append(.finish(outcome))
+    }
+
+    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
+        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
+    }
+}

@@ -1,0 +1,44 @@
+/// The timing rules of fetch-semantics.md as pure functions.
+public enum Budget {
+    /// loadTimeout when none is given.
+    public static let defaultLoadTimeout = 5.0
+    /// Per-request limit for requests with no loadTimeout, when the client configures none.
+    public static let defaultRequestTimeout = 30.0
+
+    /// The loadTimeout to use: nil for an invalid one (not finite, or negative), else at least 1.
+    public static func clampLoadTimeout(_ t: Double) -> Double? {
+        guard t.isFinite, t >= 0 else { return nil }
+        return max(t, 1)
+    }
+
+    /// Stage-A budget: `max(T - 0.5, 0.5)`.
+    public static func stageA(_ t: Double) -> Double { max(t - 0.5, 0.5) }
+
+    /// Default-audience request timeout after stage A: `min(max(T - elapsed, 0.5), 60)`.
+    public static func stageB(_ t: Double, elapsed: Double) -> Double { min(max(t - elapsed, 0.5), 60) }
+
+    /// A placement id trimmed of whitespace; nil when nothing is left.
+    public static func normalizePlacement(_ id: String) -> String? {
+        let trimmed = id.trimmingWhitespace()
+        return trimmed.isEmpty ? nil : trimmed
+    }
+
+    /// Placement ids trimmed, empty ones dropped, duplicates dropped keeping first-seen order.
+    public static func normalizePlacements(_ ids: [String]) -> [String] {
+        var seen = Set<String>()
+        var out: [String] = []
+        for id in ids {
+            if let p = normalizePlacement(id), seen.insert(p).inserted { out.append(p) }
+        }
+        return out
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
+              let last = scalars.lastIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+        return String(scalars[first...last])
+    }
+}

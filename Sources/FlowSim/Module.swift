@@ -1,1 +1,0 @@
-// FlowSim: see the issue that builds it.

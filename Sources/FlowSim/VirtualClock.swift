@@ -1,0 +1,62 @@
+/// A virtual clock with a queue of things due at given times: the discrete-event core of scenario
+/// runs and simulations. Items due at the same time come out in the order they were scheduled.
+public struct EventQueue<Item>: ~Copyable {
+    private var heap: [(at: Double, seq: UInt64, item: Item)] = []
+    private var seq: UInt64 = 0
+    /// The virtual time: the due time of the last item taken.
+    public private(set) var now: Double = 0
+
+    public init() {}
+
+    public var isEmpty: Bool { heap.isEmpty }
+    public var count: Int { heap.count }
+
+    /// Schedules `item` at time `at` (never before now).
+    public mutating func schedule(_ item: Item, at: Double) {
+        seq += 1
+        heap.append((max(at, now), seq, item))
+        var i = heap.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            guard less(i, parent) else { break }
+            heap.swapAt(i, parent)
+            i = parent
+        }
+    }
+
+    /// Takes the next item, advancing the clock to its time.
+    public mutating func next() -> Item? {
+        guard !heap.isEmpty else { return nil }
+        heap.swapAt(0, heap.count - 1)
+        let top = heap.removeLast()
+        var i = 0
+        while true {
+            let l = 2 * i + 1, r = l + 1
+            var m = i
+            if l < heap.count, less(l, m) { m = l }
+            if r < heap.count, less(r, m) { m = r }
+            guard m != i else { break }
+            heap.swapAt(i, m)
+            i = m
+        }
+        now = top.at
+        return top.item
+    }
+
+    private func less(_ a: Int, _ b: Int) -> Bool {
+        heap[a].at < heap[b].at || (heap[a].at == heap[b].at && heap[a].seq < heap[b].seq)
+    }
+}
+
+/// Deterministic ids for virtual runs (SplitMix64).
+public struct SeededIDs: Sendable {
+    private var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
