@@ -124,11 +124,11 @@ public final class FlowEngine: CacheView {
         return begin(.orDefault(m), now: now)
     }
 
-    /// Starts getFlowConfiguration for a flow; images whose custom media id is in `bundledMediaIds`
-    /// come from the app bundle (the assets resolver) and are never downloaded.
-    public func getFlowConfiguration(flow: Flow, bundledMediaIds: Set<String> = [],
+    /// Starts getFlowConfiguration for a flow; images whose custom media id `isBundled` (the app's
+    /// assets resolver) come from the app bundle and are never downloaded.
+    public func getFlowConfiguration(flow: Flow, isBundled: @escaping @Sendable (String) -> Bool = { _ in false },
                                      loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
-        let m = try LayoutMachine(flow: flow, loadTimeout: loadTimeout, bundledMediaIds: bundledMediaIds,
+        let m = try LayoutMachine(flow: flow, loadTimeout: loadTimeout, isBundled: isBundled,
                                   fallback: configuration.fallback, profileId: profile.id)
         return begin(.layout(m), now: now)
     }

@@ -9,8 +9,8 @@ public struct LayoutMachine: FetchMachine {
     public let flow: Flow
     public let loadTimeout: Double
     public let requestedLoadTimeout: Double?
-    /// Custom media ids the app's assets resolver maps to bundled files.
-    public let bundledMediaIds: Set<String>
+    /// The app's assets resolver: whether a custom media id maps to a bundled file.
+    public let isBundled: @Sendable (String) -> Bool
     public let fallbackLayout: Layout?
     public let profileId: String
 
@@ -20,7 +20,7 @@ public struct LayoutMachine: FetchMachine {
     private static let request = 0, deadline = 1
 
     /// Validates and builds the machine; throws wrongParam (3001) for a bad loadTimeout or a flow with no layout.
-    public init(flow: Flow, loadTimeout: Double, bundledMediaIds: Set<String> = [], fallback: FallbackFile?,
+    public init(flow: Flow, loadTimeout: Double, isBundled: @escaping @Sendable (String) -> Bool = { _ in false }, fallback: FallbackFile?,
                 profileId: String) throws(FlowError) {
         guard let clamped = Budget.clampLoadTimeout(loadTimeout) else {
             throw FlowError(.wrongParam, "loadTimeout must be a finite number >= 0, got \(loadTimeout)")
@@ -31,7 +31,7 @@ public struct LayoutMachine: FetchMachine {
         self.flow = flow
         self.loadTimeout = clamped
         self.requestedLoadTimeout = clamped != loadTimeout ? loadTimeout : nil
-        self.bundledMediaIds = bundledMediaIds
+        self.isBundled = isBundled
         self.fallbackLayout = fallback?.layouts[ref.id]
         self.profileId = profileId
     }
@@ -99,7 +99,7 @@ public struct LayoutMachine: FetchMachine {
     private mutating func found(_ layout: Layout, source: FlowSource, now: Double, _ actions: inout [MachineAction]) {
         var downloads: [String] = []
         for image in layout.images {
-            if let media = image.customMediaId, bundledMediaIds.contains(media) {
+            if let media = image.customMediaId, isBundled(media) {
                 emit(.assetBundled, ["mediaId": .string(media)], &actions)
             } else {
                 downloads.append(image.url)

@@ -115,7 +115,8 @@ public final class ScenarioRunner: EngineHost {
                 guard let flow = lastFlows[placement.trimmingCharacters()] else {
                     throw FlowError(.wrongParam, "no flow was returned for \(placement) before this step")
                 }
-                call = try engine.getFlowConfiguration(flow: flow, bundledMediaIds: Set(bundled),
+                let bundledIds = Set(bundled)
+                call = try engine.getFlowConfiguration(flow: flow, isBundled: { bundledIds.contains($0) },
                                                        loadTimeout: loadTimeout ?? Budget.defaultLoadTimeout, now: now)
             case .identify(let profile):
                 backend.register(profile)

@@ -1,0 +1,247 @@
+import Foundation
+import Synchronization
+
+/// Where requests go: an HTTP backend, or a sandbox. Implementations must return promptly when the
+/// calling task is cancelled (the engine cancels requests it no longer needs).
+public protocol FlowBackend: Sendable {
+    /// Sends one request and returns its answer or failure.
+    func send(_ request: RequestSpec) async -> RequestCompletion
+}
+
+/// The engine's clock in real time: `now` is wall-clock seconds (so cache ages survive restarts);
+/// deadlines are slept on a monotonic clock.
+public protocol EngineClock: Sendable {
+    /// Seconds on the engine's time line.
+    func now() -> Double
+    /// Returns at engine time `deadline`, or throws when the task is cancelled.
+    func sleep(until deadline: Double) async throws
+}
+
+/// The system clock.
+public struct SystemClock: EngineClock {
+    public init() {}
+    public func now() -> Double { Date().timeIntervalSince1970 }
+    public func sleep(until deadline: Double) async throws {
+        let seconds = deadline - now()
+        if seconds > 0 { try await Task.sleep(for: .seconds(seconds), clock: .continuous) }
+    }
+}
+
+/// The public async API (named like the paywall SDK the seeds describe), driving the engine's state
+/// machines with a real clock, a backend, stores and an event sink.
+///
+/// ```swift
+/// let client = FlowClient(profile: Profile(id: "user-42"), backend: myBackend)
+/// let flow = try await client.getFlow(placementId: "main_paywall", loadTimeout: 3)
+/// ```
+/// Every call ends within its budget whatever the network does. Cancelling the calling task ends the
+/// call with operationInterrupted (9000); ``identify(profileId:)`` ends calls in flight with
+/// profileWasChanged (3006).
+public final class FlowClient: Sendable {
+    private let core: Core
+
+    /// A client for `profile`. `disk` is the flow cache's disk layer and `layouts` the layout cache (in
+    /// memory unless given); `events` receives every engine event.
+    public init(profile: Profile, backend: FlowBackend, configuration: FlowEngine.Configuration = .init(),
+                disk: sending FlowDiskStore = InMemoryDiskStore(), layouts: sending LayoutStore = InMemoryLayoutStore(),
+                events: EngineEventSink? = nil, clock: EngineClock = SystemClock()) {
+        var config = configuration
+        if config.activatedAt == 0 { config.activatedAt = clock.now() }
+        core = Core(profile: profile, backend: backend, configuration: config, disk: disk, layouts: layouts,
+                    events: events, clock: clock)
+    }
+
+    /// The current profile.
+    public var profile: Profile { core.profile }
+
+    /// Fetches the flow for a placement (fetch-semantics.md, getFlow).
+    public func getFlow(placementId: String, fetchPolicy: FetchPolicy = .reloadRevalidatingCacheData,
+                        loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) -> Flow {
+        try await core.flow { engine, now throws(FlowError) in
+            try engine.getFlow(placement: placementId, policy: fetchPolicy, loadTimeout: loadTimeout, now: now)
+        }
+    }
+
+    /// Fetches the default audience's flow (fetch-semantics.md, getFlowForDefaultAudience).
+    public func getFlowForDefaultAudience(placementId: String,
+                                          fetchPolicy: FetchPolicy = .reloadRevalidatingCacheData) async throws(FlowError) -> Flow {
+        try await core.flow { engine, now throws(FlowError) in
+            try engine.getFlowForDefaultAudience(placement: placementId, policy: fetchPolicy, now: now)
+        }
+    }
+
+    /// Warms the cache for several placements under one budget; throws networkFailed with
+    /// `preloadErrors` naming each failing placement.
+    public func preloadFlows(placementIds: [String], loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) {
+        _ = try await core.outcome { engine, now throws(FlowError) in
+            try engine.preloadFlows(placements: placementIds, loadTimeout: loadTimeout, now: now)
+        }
+    }
+
+    /// Warms the cache with default-audience flows.
+    public func preloadFlowsForDefaultAudience(placementIds: [String]) async throws(FlowError) {
+        _ = try await core.outcome { engine, now throws(FlowError) in
+            try engine.preloadFlowsForDefaultAudience(placements: placementIds, now: now)
+        }
+    }
+
+    /// The attribution race: the targeted flow if attribution arrives (and its fetch completes) within
+    /// `timeout`, else the default audience's flow.
+    public func getFlowOrDefault(placementId: String, timeout: Double) async throws(FlowError) -> Flow {
+        try await core.flow { engine, now throws(FlowError) in
+            try engine.getFlowOrDefault(placement: placementId, timeout: timeout, now: now)
+        }
+    }
+
+    /// The layout of a flow; images the `assetsResolver` maps to bundled files are never downloaded,
+    /// the others are prefetched in the background.
+    public func getFlowConfiguration(forFlow flow: Flow, assetsResolver: @escaping @Sendable (String) -> URL? = { _ in nil },
+                                     loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) -> FlowConfiguration {
+        let outcome = try await core.outcome { engine, now throws(FlowError) in
+            try engine.getFlowConfiguration(flow: flow, isBundled: { assetsResolver($0) != nil }, loadTimeout: loadTimeout, now: now)
+        }
+        guard case .configuration(let c) = outcome else { throw FlowError(.decodingFailed, "no layout") }
+        return c
+    }
+
+    /// Switches to another profile at once; calls in flight fail with profileWasChanged (3006).
+    public func identify(profileId: String) {
+        core.drive { engine, now in _ = engine.identify(profileId, now: now) }
+    }
+
+    /// Tells the client the backend applied an attribution source to the current profile.
+    public func attributionApplied(source: String) {
+        core.drive { engine, now in engine.applyAttribution(source, now: now) }
+    }
+}
+
+/// The client's engine and the tasks that run its requests and timers, behind one lock.
+final class Core: Sendable {
+    struct State {
+        var engine: FlowEngine
+        let driver: Driver
+    }
+    let state: Mutex<State>
+    let backend: FlowBackend
+    let clock: EngineClock
+
+    init(profile: Profile, backend: FlowBackend, configuration: FlowEngine.Configuration, disk: sending FlowDiskStore,
+         layouts: sending LayoutStore, events: EngineEventSink?, clock: EngineClock) {
+        self.backend = backend
+        self.clock = clock
+        let driver = Driver()
+        let engine = FlowEngine(configuration: configuration, profile: profile, flowCache: FlowCache(disk: disk),
+                                layouts: layouts, host: driver, events: events, traceIDs: randomTraceID)
+        state = Mutex(State(engine: engine, driver: driver))
+        state.withLock { $0.driver.core = self }
+    }
+
+    var profile: Profile { state.withLock { $0.engine.profile } }
+
+    /// Runs `body` with the engine under the lock.
+    func drive(_ body: @Sendable (FlowEngine, Double) -> Void) {
+        let now = clock.now()
+        state.withLock { body($0.engine, now) }
+    }
+
+    func flow(_ start: @escaping @Sendable (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
+        let outcome = try await outcome(start)
+        guard let flow = outcome.flow else { throw FlowError(.decodingFailed, "no flow") }
+        return flow
+    }
+
+    /// Starts a call and waits for its outcome; cancellation of the waiting task cancels the call.
+    func outcome(_ start: @escaping @Sendable (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
+        let call = Mutex<CallID?>(nil)
+        let outcome: Result<CallOutcome, FlowError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<CallOutcome, FlowError>, Never>) in
+                let now = clock.now()
+                state.withLock { s in
+                    do throws(FlowError) {
+                        let id = try start(s.engine, now)
+                        if let done = s.driver.finishedEarly.removeValue(forKey: id) {
+                            continuation.resume(returning: .success(done))
+                        } else {
+                            s.driver.waiters[id] = continuation
+                            call.withLock { $0 = id }
+                            if Task.isCancelled { s.engine.cancel(id, now: now) }
+                        }
+                    } catch {
+                        continuation.resume(returning: .failure(error))
+                    }
+                }
+            }
+        } onCancel: {
+            if let id = call.withLock({ $0 }) {
+                let now = clock.now()
+                state.withLock { $0.engine.cancel(id, now: now) }
+            }
+        }
+        switch outcome {
+        case .failure(let error): throw error
+        case .success(.failed(let error)): throw error
+        case .success(let o): return o
+        }
+    }
+
+    func respond(_ request: RequestID, _ completion: RequestCompletion) {
+        let now = clock.now()
+        state.withLock { s in
+            s.driver.requests[request] = nil
+            s.engine.response(request, completion, now: now)
+        }
+    }
+
+    func fire(_ timer: TimerID) {
+        let now = clock.now()
+        state.withLock { s in
+            guard s.driver.timers.removeValue(forKey: timer) != nil else { return }
+            s.engine.timerFired(timer, now: now)
+        }
+    }
+}
+
+/// The engine's host inside FlowClient. Only touched while the client's lock is held.
+final class Driver: EngineHost {
+    unowned(unsafe) var core: Core!
+    var requests: [RequestID: Task<Void, Never>] = [:]
+    var timers: [TimerID: Task<Void, Never>] = [:]
+    var waiters: [CallID: CheckedContinuation<Result<CallOutcome, FlowError>, Never>] = [:]
+    /// Calls that finished while they started (cache hits), before anyone waited for them.
+    var finishedEarly: [CallID: CallOutcome] = [:]
+
+    func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
+        let core = self.core!
+        requests[request] = Task {
+            let completion = await core.backend.send(spec)
+            guard !Task.isCancelled else { return }
+            core.respond(request, completion)
+        }
+    }
+
+    func cancel(_ request: RequestID) { requests.removeValue(forKey: request)?.cancel() }
+
+    func schedule(_ timer: TimerID, at: Double) {
+        let core = self.core!
+        timers[timer] = Task {
+            do { try await core.clock.sleep(until: at) } catch { return }
+            core.fire(timer)
+        }
+    }
+
+    func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?.cancel() }
+
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+        if let waiter = waiters.removeValue(forKey: call) {
+            waiter.resume(returning: .success(outcome))
+        } else {
+            finishedEarly[call] = outcome
+        }
+    }
+}
+
+/// A random trace id (production).
+func randomTraceID() -> TraceID {
+    var g = SystemRandomNumberGenerator()
+    return TraceID(high: g.next() | 1, low: g.next())
+}
