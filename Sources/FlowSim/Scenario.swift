@@ -4,6 +4,14 @@ import FlowJSON
 /// A scenario file (scenario-format.md): a backend, a network, a starting cache, calls at given
 /// times, and what must come out.
 public struct Scenario: Sendable {
+    public init(name: String, file: String? = nil, profile: ScenarioProfile, backend: [String: PlacementBackend],
+                network: NetworkRules = NetworkRules(), cache: [CacheSeed] = [], fallbackFile: [String: FallbackSeed] = [:],
+                requestTimeout: Double = Budget.defaultRequestTimeout, steps: [Step], expect: [Expectation] = []) {
+        self.name = name; self.file = file; self.profile = profile; self.backend = backend; self.network = network
+        self.cache = cache; self.fallbackFile = fallbackFile; self.requestTimeout = requestTimeout; self.steps = steps
+        self.expect = expect
+    }
+
     public var name: String
     public var file: String?
     public var profile: ScenarioProfile
@@ -18,12 +26,18 @@ public struct Scenario: Sendable {
 
 /// A profile and when each attribution source applies to it (engine seconds; absent: never).
 public struct ScenarioProfile: Sendable, Hashable {
+    public init(id: String, attribution: [String: Double] = [:]) { self.id = id; self.attribution = attribution }
+
     public var id: String
     public var attribution: [String: Double]
 }
 
 /// An audience of a placement on the scenario backend.
 public struct AudienceDefinition: Sendable, Hashable {
+    public init(name: String, versionId: String, requiresAttribution: String? = nil, variations: [Variation]) {
+        self.name = name; self.versionId = versionId; self.requiresAttribution = requiresAttribution; self.variations = variations
+    }
+
     public var name: String
     public var versionId: String
     /// The attribution source the profile must have for this audience to match; nil: always matches.
@@ -33,6 +47,10 @@ public struct AudienceDefinition: Sendable, Hashable {
 
 /// A layout on the scenario backend, described by its image count.
 public struct LayoutDefinition: Sendable, Hashable {
+    public init(id: String, version: Int, images: Int = 0, customMedia: [String] = [], imageBytes: Int = 24_000) {
+        self.id = id; self.version = version; self.images = images; self.customMedia = customMedia; self.imageBytes = imageBytes
+    }
+
     public var id: String
     public var version: Int
     public var images: Int
@@ -51,6 +69,8 @@ public struct LayoutDefinition: Sendable, Hashable {
 
 /// One placement on the scenario backend.
 public struct PlacementBackend: Sendable, Hashable {
+    public init(audiences: [AudienceDefinition], layout: LayoutDefinition? = nil) { self.audiences = audiences; self.layout = layout }
+
     /// First match wins; All Users last.
     public var audiences: [AudienceDefinition]
     public var layout: LayoutDefinition?
@@ -58,12 +78,18 @@ public struct PlacementBackend: Sendable, Hashable {
 
 /// Network behaviour: a default latency and rules (first match wins).
 public struct NetworkRules: Sendable, Hashable {
+    public init(latency: Double = 0, rules: [NetworkRule] = []) { self.latency = latency; self.rules = rules }
+
     public var latency: Double
     public var rules: [NetworkRule]
 }
 
 /// One network rule: which requests it matches and what happens to them.
 public struct NetworkRule: Sendable, Hashable {
+    public init(placement: String? = nil, kind: RequestKind? = nil, nth: Int? = nil, latency: Double? = nil, fail: Failure? = nil) {
+        self.placement = placement; self.kind = kind; self.nth = nth; self.latency = latency; self.fail = fail
+    }
+
     public var placement: String?
     public var kind: RequestKind?
     public var nth: Int?
@@ -78,6 +104,12 @@ public struct NetworkRule: Sendable, Hashable {
 
 /// A cache entry present at t = 0.
 public struct CacheSeed: Sendable, Hashable {
+    public init(placement: String, variation: String, audience: String = defaultAudienceName, age: Double = 0,
+                fromDefaultAudience: Bool = false, corrupt: Bool = false) {
+        self.placement = placement; self.variation = variation; self.audience = audience; self.age = age
+        self.fromDefaultAudience = fromDefaultAudience; self.corrupt = corrupt
+    }
+
     public var placement: String
     public var variation: String
     public var audience: String
@@ -89,6 +121,8 @@ public struct CacheSeed: Sendable, Hashable {
 
 /// A bundled fallback flow for a placement.
 public struct FallbackSeed: Sendable, Hashable {
+    public init(variation: String, includesLayout: Bool = false) { self.variation = variation; self.includesLayout = includesLayout }
+
     public var variation: String
     /// Whether the fallback file also carries the placement's layout.
     public var includesLayout: Bool
@@ -96,6 +130,8 @@ public struct FallbackSeed: Sendable, Hashable {
 
 /// A call at a given time.
 public struct Step: Sendable {
+    public init(at: Double, _ call: Call) { self.at = at; self.call = call }
+
     public var at: Double
     public var call: Call
 
@@ -131,6 +167,8 @@ public struct Step: Sendable {
 
 /// What a step must produce.
 public struct Expectation: Sendable {
+    public init(step: Int) { self.step = step; self.path = "$" }
+
     public var step: Int
     public var path: String
     public var outcome: String?
@@ -143,3 +181,4 @@ public struct Expectation: Sendable {
     public var preloadErrors: [String: Int]?
     public var requests: Int?
 }
+

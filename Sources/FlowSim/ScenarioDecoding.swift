@@ -243,7 +243,7 @@ extension Scenario {
             throw callCursor.expected("one of getFlow, getFlowForDefaultAudience, preloadFlows, preloadFlowsForDefaultAudience, getFlowOrDefault, getFlowConfiguration, identify, restart, cancel")
         }
         try o.rejectUnknownKeys(allowed: allowed)
-        return Step(at: at, call: call)
+        return Step(at: at, call)
     }
 
     private static func decodeExpectation(_ c: JSONCursor, stepCount: Int) throws(JSONInputError) -> Expectation {
@@ -253,7 +253,8 @@ extension Scenario {
         let s = try o.required("step")
         let step = try s.int()
         guard step >= 0, step < stepCount else { throw s.expected("a step index 0..<\(stepCount)") }
-        var e = Expectation(step: step, path: c.path)
+        var e = Expectation(step: step)
+        e.path = c.path
         if let v = o.optional("outcome") {
             let outcome = try v.string()
             guard outcome == "success" || outcome == "error" else { throw v.expected("\"success\" or \"error\"") }
