@@ -184,7 +184,8 @@ public final class MetricsSink: EventSink {
         case .fallback:
             fallbacks.labels(placement, Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])).inc()
         case .preloadEnd:
-            for (failedPlacement, code) in e.attrs["failed"]?.objectValue ?? [:] {
+            // Sorted, so that which placements fold into `_other` does not depend on hash order.
+            for (failedPlacement, code) in (e.attrs["failed"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
                 preloadErrors.labels(failedPlacement, Self.label(code)).inc()
             }
         case .requestEnd:
