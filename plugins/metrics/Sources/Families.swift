@@ -335,7 +335,7 @@ public final class HistogramFamily: MetricFamily {
     public let descriptor: FamilyDescriptor
     /// Bucket upper bounds, increasing, without `+Inf`.
     public let buckets: [Double]
-    /// Pre-rendered `le="..."}` per format, `+Inf` last.
+    /// Pre-rendered `le="..."} ` per format, `+Inf` last.
     let leText: [Exposition.Format: [[UInt8]]]
     let table: SeriesTable<Histogram>
 
@@ -359,7 +359,7 @@ public final class HistogramFamily: MetricFamily {
         self.buckets = bounds
         var le: [Exposition.Format: [[UInt8]]] = [:]
         for format in [Exposition.Format.prometheusText, .openMetrics] {
-            le[format] = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"}".utf8) }
+            le[format] = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"} ".utf8) }
         }
         leText = le
         table = SeriesTable(descriptor)
@@ -381,17 +381,20 @@ public final class HistogramFamily: MetricFamily {
         TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
         let le = leText[format] ?? []
         let bucketName = Array((name + "_bucket{").utf8), sumName = name + "_sum", countName = name + "_count"
+        var prefix: [UInt8] = []
         table.forEach { row in
+            // `name_bucket{labels,` once per series; each bucket line is then two copies and a number.
+            prefix.removeAll(keepingCapacity: true)
+            prefix.append(contentsOf: bucketName)
+            if !row.labelText.isEmpty {
+                prefix.append(contentsOf: row.labelText)
+                prefix.append(UInt8(ascii: ","))
+            }
             var total: UInt64 = 0
             for (i, cell) in row.child.counts.enumerated() {
                 total &+= cell.value.load(ordering: .relaxed)
-                out.append(contentsOf: bucketName)
-                if !row.labelText.isEmpty {
-                    out.append(contentsOf: row.labelText)
-                    out.append(UInt8(ascii: ","))
-                }
+                out.append(contentsOf: prefix)
                 out.append(contentsOf: le[i])
-                out.append(UInt8(ascii: " "))
                 TextOut.uint(total, to: &out)
                 out.append(UInt8(ascii: "\n"))
             }
