@@ -2,7 +2,12 @@ import Synchronization
 
 /// What a metric family measures, as written on its `# TYPE` line.
 public enum MetricKind: String, Sendable {
-    case counter, gauge, histogram
+    /// Only goes up.
+    case counter
+    /// Goes up and down.
+    case gauge
+    /// Observations counted into buckets, with their sum and count.
+    case histogram
 }
 
 /// A family of series sharing a name, help text and label names; the registry renders it.
@@ -251,13 +256,17 @@ extension MetricFamily {
     public var labelNames: [String] { descriptor.labelNames }
     /// Limit of distinct values per capped label; values beyond it fold into `_other`.
     public var valueLimits: [String: Int] { descriptor.valueLimits }
+    /// The metric name as written in Prometheus text format (counters end in `_total`).
     public var name: String { descriptor.name }
+    /// The `# HELP` text.
     public var help: String { descriptor.help }
+    /// The base unit (`seconds`, `bytes`), written as `# UNIT` in OpenMetrics; nil for none.
     public var unit: String? { descriptor.unit }
 }
 
 /// A counter family: `family.labels("main_paywall", "hit").inc()`.
 public final class CounterFamily: MetricFamily {
+    /// Name, help, label names, unit and label value limits.
     public let descriptor: FamilyDescriptor
     /// The family name in OpenMetrics (the name without `_total`).
     public let openMetricsName: String
@@ -277,7 +286,9 @@ public final class CounterFamily: MetricFamily {
         if labelNames.isEmpty { _ = labels() }
     }
 
+    /// Always `.counter`.
     public var kind: MetricKind { .counter }
+    /// Number of series (label value combinations) so far.
     public var seriesCount: Int { table.count }
 
     /// The counter for these label values (in `labelNames` order); look it up once, then increment it lock-free.
@@ -285,6 +296,7 @@ public final class CounterFamily: MetricFamily {
     /// The counter for these label values (in `labelNames` order).
     public func labels(_ values: [String]) -> Counter { table.child(values, make: Counter.init) }
 
+    /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let familyName = format == .openMetrics ? openMetricsName : name
         let sampleName = format == .openMetrics ? openMetricsName + "_total" : name
@@ -299,6 +311,7 @@ public final class CounterFamily: MetricFamily {
 
 /// A gauge family: `family.labels("memory").set(3)`.
 public final class GaugeFamily: MetricFamily {
+    /// Name, help, label names, unit and label value limits.
     public let descriptor: FamilyDescriptor
     let table: SeriesTable<Gauge>
 
@@ -312,7 +325,9 @@ public final class GaugeFamily: MetricFamily {
         if labelNames.isEmpty { _ = labels() }
     }
 
+    /// Always `.gauge`.
     public var kind: MetricKind { .gauge }
+    /// Number of series (label value combinations) so far.
     public var seriesCount: Int { table.count }
 
     /// The gauge for these label values (in `labelNames` order).
@@ -320,6 +335,7 @@ public final class GaugeFamily: MetricFamily {
     /// The gauge for these label values (in `labelNames` order).
     public func labels(_ values: [String]) -> Gauge { table.child(values, make: Gauge.init) }
 
+    /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "gauge", unit: unit, format: format, to: &out)
         table.forEach { row in
@@ -332,6 +348,7 @@ public final class GaugeFamily: MetricFamily {
 
 /// A histogram family with fixed buckets: `family.labels("targeted").observe(0.042)`.
 public final class HistogramFamily: MetricFamily {
+    /// Name, help, label names, unit and label value limits.
     public let descriptor: FamilyDescriptor
     /// Bucket upper bounds, increasing, without `+Inf`.
     public let buckets: [Double]
@@ -366,7 +383,9 @@ public final class HistogramFamily: MetricFamily {
         if labelNames.isEmpty { _ = labels() }
     }
 
+    /// Always `.histogram`.
     public var kind: MetricKind { .histogram }
+    /// Number of series (label value combinations) so far.
     public var seriesCount: Int { table.count }
 
     /// The histogram for these label values (in `labelNames` order).
@@ -377,6 +396,7 @@ public final class HistogramFamily: MetricFamily {
         return table.child(values) { Histogram(upperBounds: bounds) }
     }
 
+    /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
         let le = leText[format] ?? []

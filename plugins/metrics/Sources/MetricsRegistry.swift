@@ -7,11 +7,13 @@ public struct MetricsError: Error, Sendable, Equatable, CustomStringConvertible 
     /// For a duplicate registration: the name of the family already registered.
     public var existing: String?
 
+    /// An error with its message and, for a duplicate, the existing family's name.
     public init(_ message: String, existing: String? = nil) {
         self.message = message
         self.existing = existing
     }
 
+    /// The message.
     public var description: String { message }
 }
 

@@ -77,6 +77,7 @@ public final class MetricsSink: EventSink {
     /// code, to, reason, sink): these come from event attributes, which ingest makes untrusted.
     public static let attributeValueLimit = 64
 
+    /// `metrics`.
     public let name = "metrics"
     /// The registry holding exactly the spec's families.
     public let registry: MetricsRegistry
