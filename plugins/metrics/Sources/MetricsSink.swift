@@ -1,1 +1,224 @@
 import FlowEvents
+import FlowFetch
+import FlowJSON
+
+/// The `metrics` sink: turns events into the Prometheus metrics of events-and-metrics.md and
+/// renders them for `/metrics`.
+///
+///     let sink = try MetricsSink(options: .init(), version: "1.0.0")
+///     pipeline.add(sink)                        // consume(_:) updates the counters
+///     let (contentType, format) = MetricsSink.negotiate(accept: request.accept)
+///     let body = sink.render(format: format)
+public final class MetricsSink: EventSink {
+    /// The wire format of a render.
+    public typealias Format = Exposition.Format
+
+    /// Options from the config's `sinks` entry `{ "type": "metrics", ... }`.
+    public struct Options: Sendable, Equatable {
+        /// Distinct placements kept per metric; more fold into `placement="_other"`. At least 1.
+        public var placementLimit: Int
+        /// Histogram bucket upper bounds in seconds, finite and strictly increasing.
+        public var buckets: [Double]
+
+        /// Default limit of distinct placements.
+        public static let defaultPlacementLimit = 200
+
+        /// Options with the given values (checked when the sink is created).
+        public init(placementLimit: Int = defaultPlacementLimit, buckets: [Double] = HistogramFamily.defaultSecondsBuckets) {
+            self.placementLimit = placementLimit
+            self.buckets = buckets
+        }
+
+        /// Reads options from a sink's config object at JSON path `path` (e.g. `$.sinks[0]`).
+        /// `type` and `enabled` belong to the config loader and are ignored; any other unknown key is an error.
+        public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
+            self.init()
+            for key in json.keys.sorted() {
+                let value = json[key] ?? .null
+                let at = Self.memberPath(path, key)
+                switch key {
+                case "type", "enabled":
+                    continue
+                case "placementLimit":
+                    guard let n = value.intValue, n >= 1 else {
+                        throw JSONInputError(path: at, message: "expected an integer >= 1, got \(value.jsonText)")
+                    }
+                    placementLimit = n
+                case "buckets":
+                    guard let items = value.arrayValue, !items.isEmpty else {
+                        throw JSONInputError(path: at, message: "expected a non-empty array of increasing numbers (seconds), got \(value.jsonText)")
+                    }
+                    var bounds: [Double] = []
+                    for (i, item) in items.enumerated() {
+                        guard let b = item.numberValue, b.isFinite else {
+                            throw JSONInputError(path: "\(at)[\(i)]", message: "expected a finite number, got \(item.jsonText)")
+                        }
+                        if let last = bounds.last, !(b > last) {
+                            throw JSONInputError(path: "\(at)[\(i)]",
+                                                 message: "expected a number greater than the previous bucket \(JSONValue.number(last).jsonText), got \(item.jsonText)")
+                        }
+                        bounds.append(b)
+                    }
+                    buckets = bounds
+                default:
+                    throw JSONInputError(path: at, message: "unknown key for the metrics sink; expected one of: buckets, placementLimit (and type, enabled)")
+                }
+            }
+        }
+
+        static func memberPath(_ base: String, _ key: String) -> String {
+            let plain = !key.isEmpty && key.utf8.allSatisfy { FamilyDescriptor.isNameByte($0) }
+                && !(48...57).contains(key.utf8.first ?? 0)
+            return plain ? "\(base).\(key)" : "\(base)[\(JSONValue.string(key).jsonText)]"
+        }
+    }
+
+    /// Distinct values kept per label other than `placement` (call, source, outcome, stage, kind,
+    /// code, to, reason, sink): these come from event attributes, which ingest makes untrusted.
+    public static let attributeValueLimit = 64
+
+    /// `metrics`.
+    public let name = "metrics"
+    /// The registry holding exactly the spec's families.
+    public let registry: MetricsRegistry
+    /// The options in force.
+    public let options: Options
+
+    let fetches: CounterFamily
+    let fetchDuration: HistogramFamily
+    let cacheLookups: CounterFamily
+    let timeouts: CounterFamily
+    let fallbacks: CounterFamily
+    let targetingLost: CounterFamily
+    let preloadErrors: CounterFamily
+    let requests: CounterFamily
+    let requestDuration: HistogramFamily
+    let assetsBytes: Counter
+    let eventsDropped: CounterFamily
+    let queueDepth: GaugeFamily
+    /// `flowscope_events_total{name}`, one pre-created series per event name.
+    let eventCounters: [EventName: Counter]
+
+    /// A sink with the spec's families registered in a fresh registry and `flowscope_build_info{version}` set to 1.
+    /// Throws when `options` are out of range (a placement limit below 1, buckets not increasing).
+    public init(options: Options = Options(), version: String) throws(MetricsError) {
+        guard options.placementLimit >= 1 else {
+            throw MetricsError("metrics sink: placementLimit must be >= 1, got \(options.placementLimit)")
+        }
+        self.options = options
+        let r = MetricsRegistry()
+        registry = r
+        let p = options.placementLimit, a = Self.attributeValueLimit
+        fetches = try r.counter("flowscope_fetches_total", help: "Flow fetches (getFlow and friends) that ended, by where the flow came from and outcome.",
+                                labels: ["placement", "call", "source", "outcome"],
+                                valueLimits: ["placement": p, "call": a, "source": a, "outcome": a])
+        fetchDuration = try r.histogram("flowscope_fetch_duration_seconds", help: "Duration of flow fetches, from call to result.",
+                                        labels: ["placement", "source"], buckets: options.buckets, unit: "seconds",
+                                        valueLimits: ["placement": p, "source": a])
+        cacheLookups = try r.counter("flowscope_cache_lookups_total", help: "Flow cache lookups by result (hit, miss, expired).",
+                                     labels: ["placement", "result"], valueLimits: ["placement": p])
+        timeouts = try r.counter("flowscope_timeouts_total", help: "Stages that ran out of their time budget.",
+                                 labels: ["placement", "stage"], valueLimits: ["placement": p, "stage": a])
+        fallbacks = try r.counter("flowscope_fallbacks_total", help: "Fallbacks taken, by what was used instead and why.",
+                                  labels: ["placement", "to", "reason"], valueLimits: ["placement": p, "to": a, "reason": a])
+        targetingLost = try r.counter("flowscope_targeting_lost_total", help: "Fetches that returned a flow without the user's targeted audience.",
+                                      labels: ["placement"], valueLimits: ["placement": p])
+        preloadErrors = try r.counter("flowscope_preload_errors_total", help: "Placements that failed to preload, by error code.",
+                                      labels: ["placement", "code"], valueLimits: ["placement": p, "code": a])
+        requests = try r.counter("flowscope_requests_total", help: "Backend requests that ended, by kind and outcome.",
+                                 labels: ["kind", "outcome"], valueLimits: ["kind": a, "outcome": a])
+        requestDuration = try r.histogram("flowscope_request_duration_seconds", help: "Duration of backend requests.",
+                                          labels: ["kind"], buckets: options.buckets, unit: "seconds", valueLimits: ["kind": a])
+        assetsBytes = try r.counter("flowscope_assets_prefetched_bytes_total", help: "Bytes of assets prefetched.",
+                                    unit: "bytes").labels()
+        let events = try r.counter("flowscope_events_total", help: "Events seen by the metrics sink, by name.", labels: ["name"])
+        eventCounters = Dictionary(uniqueKeysWithValues: EventName.allCases.map { ($0, events.labels($0.rawValue)) })
+        eventsDropped = try r.counter("flowscope_events_dropped_total", help: "Events a sink lost because its queue was full.",
+                                      labels: ["sink"], valueLimits: ["sink": a])
+        queueDepth = try r.gauge("flowscope_sink_queue_depth", help: "Events waiting in a sink's queue.",
+                                 labels: ["sink"], valueLimits: ["sink": a])
+        let buildInfo = try r.gauge("flowscope_build_info", help: "FlowScope build; the value is always 1.", labels: ["version"])
+        buildInfo.labels(version).set(1)
+    }
+
+    /// Picks the format for a scrape from its `Accept` header (see `Exposition.negotiate`).
+    public static func negotiate(accept: String?) -> (contentType: String, format: Format) {
+        Exposition.negotiate(accept: accept)
+    }
+
+    /// Updates the metrics from a batch of events.
+    public func consume(_ batch: [Envelope]) {
+        for event in batch { record(event) }
+    }
+
+    /// Nothing to make durable: metrics live in memory.
+    public func flush() {}
+
+    /// Sets `flowscope_sink_queue_depth{sink}` (called by the pipeline).
+    public func setQueueDepth(sink: String, depth: Int) {
+        queueDepth.labels(sink).set(Double(depth))
+    }
+
+    /// Every metric in `format`, as bytes.
+    public func render(format: Format = .prometheusText) -> [UInt8] { registry.render(format: format) }
+
+    /// Renders into the registry's reused buffer and calls `body` with the bytes (no copy).
+    public func withRendered<R: Sendable>(format: Format, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        registry.withRendered(format: format, body)
+    }
+
+    func record(_ e: Envelope) {
+        eventCounters[e.name]?.inc()
+        let placement = e.placement ?? ""
+        switch e.name {
+        case .fetchEnd:
+            let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
+            let source = Self.text(e.attrs["source"]).flatMap { $0.isEmpty ? nil : $0 } ?? "none"
+            fetches.labels(placement, Self.label(e.attrs["call"]), source, failed ? "error" : "success").inc()
+            if let d = Self.duration(e.attrs["duration"]) { fetchDuration.labels(placement, source).observe(d) }
+            if e.attrs["targetingLost"]?.boolValue == true { targetingLost.labels(placement).inc() }
+        case .cacheHit: cacheLookups.labels(placement, "hit").inc()
+        case .cacheMiss: cacheLookups.labels(placement, "miss").inc()
+        case .cacheExpired: cacheLookups.labels(placement, "expired").inc()
+        case .timeout:
+            timeouts.labels(placement, Self.label(e.attrs["stage"])).inc()
+        case .fallback:
+            fallbacks.labels(placement, Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])).inc()
+        case .preloadEnd:
+            // Sorted, so that which placements fold into `_other` does not depend on hash order.
+            for (failedPlacement, code) in (e.attrs["failed"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
+                preloadErrors.labels(failedPlacement, Self.label(code)).inc()
+            }
+        case .requestEnd:
+            let kind = Self.label(e.attrs["kind"])
+            requests.labels(kind, Self.label(e.attrs["outcome"])).inc()
+            if let d = Self.duration(e.attrs["duration"]) { requestDuration.labels(kind).observe(d) }
+        case .assetsPrefetchEnd:
+            if let bytes = e.attrs["bytes"]?.intValue, bytes > 0 { assetsBytes.add(UInt64(bytes)) }
+        case .sinkDropped:
+            if let count = e.attrs["count"]?.intValue, count > 0 {
+                eventsDropped.labels(Self.label(e.attrs["sink"])).add(UInt64(count))
+            }
+        default:
+            break
+        }
+    }
+
+    /// A string attribute (numbers and booleans as their JSON text); nil when absent or null.
+    static func text(_ value: JSONValue?) -> String? {
+        switch value {
+        case nil, .null?: nil
+        case .string(let s)?: s
+        case let v?: v.jsonText
+        }
+    }
+
+    /// A label value from an attribute, `unknown` when it is missing.
+    static func label(_ value: JSONValue?) -> String { text(value) ?? "unknown" }
+
+    /// A duration in seconds when it is a finite, non-negative number.
+    static func duration(_ value: JSONValue?) -> Double? {
+        guard let d = value?.numberValue, d.isFinite, d >= 0 else { return nil }
+        return d
+    }
+}
