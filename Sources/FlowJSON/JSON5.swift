@@ -11,7 +11,7 @@
 ///
 /// ```swift
 /// try JSON5.parse("{steps: [{fetchPolicy: 'x',}, {a: 1 b: 2}]}")
-/// // $.steps[1].a (line 1, column 40): expected ',' or '}' after object member, found 'b'
+/// // $.steps[1].a (line 1, column 37): expected ',' or '}' after object member, found 'b'
 /// ```
 ///
 /// Hostile input never crashes the reader: nesting is limited to `maxDepth` levels and invalid
@@ -135,6 +135,14 @@ private struct Reader {
     var pos = 0
     /// Reused buffer for strings with escapes and for identifiers.
     var scratch: [UInt8] = []
+    /// Reused buffers for the members of the objects being read, one per nesting level.
+    var memberBuffers: [[Member]] = []
+
+    struct Member {
+        var key: String
+        var value: JSONValue
+        var offset: Int
+    }
 
     init(bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
@@ -178,12 +186,16 @@ private struct Reader {
             throw SyntaxFailure(offset: pos, message: "nesting deeper than \(JSON5.maxDepth) levels")
         }
         pos += 1
-        var members: [String: JSONValue] = [:]
         try skipSpace()
         if pos < bytes.count && bytes[pos] == Byte.closeBrace {
             pos += 1
-            return .object(members)
+            return .object([:])
         }
+        // Members are collected first so the dictionary is allocated once at its final size
+        // (growing it member by member rehashes every key several times).
+        var pairs: [Member] = []
+        if depth >= memberBuffers.count { memberBuffers.append(contentsOf: repeatElement([], count: depth + 1 - memberBuffers.count)) }
+        swap(&pairs, &memberBuffers[depth])
         while true {
             let keyStart = pos
             let key = try key()
@@ -199,24 +211,26 @@ private struct Reader {
             } catch {
                 throw error.adding(.key(key))
             }
-            if members.updateValue(member, forKey: key) != nil {
-                throw SyntaxFailure(offset: keyStart, message: "duplicate key \(quoted(key))", steps: [.key(key)])
-            }
+            pairs.append(Member(key: key, value: member, offset: keyStart))
             try skipSpace()
             if pos < bytes.count && bytes[pos] == Byte.comma {
                 pos += 1
                 try skipSpace()
-                if pos < bytes.count && bytes[pos] == Byte.closeBrace {
-                    pos += 1
-                    return .object(members)
-                }
+                if pos < bytes.count && bytes[pos] == Byte.closeBrace { break }
             } else if pos < bytes.count && bytes[pos] == Byte.closeBrace {
-                pos += 1
-                return .object(members)
+                break
             } else {
                 throw unexpected("',' or '}' after object member").adding(.key(key))
             }
         }
+        pos += 1
+        var members = [String: JSONValue](minimumCapacity: pairs.count)
+        for pair in pairs where members.updateValue(pair.value, forKey: pair.key) != nil {
+            throw SyntaxFailure(offset: pair.offset, message: "duplicate key \(quoted(pair.key))", steps: [.key(pair.key)])
+        }
+        pairs.removeAll(keepingCapacity: true)
+        swap(&pairs, &memberBuffers[depth])
+        return .object(members)
     }
 
     mutating func array(depth: Int) throws(SyntaxFailure) -> JSONValue {
@@ -269,6 +283,11 @@ private struct Reader {
         pos += 1
         let contentStart = pos
         while pos < bytes.count {
+            // Tight loop over the common case: printable ASCII other than the quote and backslash.
+            while pos < bytes.count, case let b = bytes[pos], b >= 0x20, b < 0x80, b != quote, b != Byte.backslash {
+                pos += 1
+            }
+            guard pos < bytes.count else { break }
             let b = bytes[pos]
             if b == quote {
                 let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[contentStart..<pos]), as: UTF8.self)
@@ -542,7 +561,14 @@ private struct Reader {
 
     // MARK: Whitespace and comments
 
+    @inline(__always)
     mutating func skipSpace() throws(SyntaxFailure) {
+        // Fast exit when the next byte is plainly not space or a comment (most calls in compact JSON).
+        if pos < bytes.count, bytes[pos] > 0x20, bytes[pos] < 0x80, bytes[pos] != Byte.slash { return }
+        try skipSpaceAndComments()
+    }
+
+    mutating func skipSpaceAndComments() throws(SyntaxFailure) {
         while pos < bytes.count {
             switch bytes[pos] {
             case 0x20, 0x0A, 0x0D, 0x09, 0x0B, 0x0C:

@@ -191,6 +191,8 @@ struct JSON5ErrorTests {
         expectFailure("[1 2]", path: "$[0]", line: 1, column: 4,
                       message: "expected ',' or ']' after array element, found '2'")
         expectFailure(#"{"a" 1}"#, path: "$.a", line: 1, column: 6, message: "expected ':' after object key, found '1'")
+        expectFailure("{steps: [{fetchPolicy: 'x',}, {a: 1 b: 2}]}", path: "$.steps[1].a", line: 1, column: 37,
+                      message: "expected ',' or '}' after object member, found 'b'")
     }
 
     @Test("errors deep in a multi-line document carry the full path and position")
