@@ -55,7 +55,7 @@ struct PropertyTests {
                                         .returnCacheDataIfNotExpiredElseLoad(maxAge: r.double(0, 120))]
         var steps: [Step] = []
         var at = 0.0
-        for _ in 0..<(1 + r.int(3)) {
+        for _ in 0..<(1 + r.int(2)) {
             let call: Step.Call
             switch r.int(4) {
             case 0, 1:

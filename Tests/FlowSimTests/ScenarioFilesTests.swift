@@ -3,6 +3,7 @@ import Testing
 @testable import FlowFetch
 @testable import FlowSim
 import FlowJSON
+import Synchronization
 
 /// The package root, found from this file's path (Tests/FlowSimTests/<file>).
 func packageRoot(_ file: String = #filePath) -> URL {
@@ -45,9 +46,11 @@ struct ScenarioFilesTests {
         for (_, scenario) in try scenarioFiles() {
             for e in ScenarioRunner(scenario).run().events { seen.insert(e.event.name) }
         }
-        // cache.evicted needs more than the 20 MiB cap in entries, which no file can reasonably hold:
-        // a scenario value with two 11 MiB remote configs covers it.
-        for e in ScenarioRunner(evictionScenario()).run().events { seen.insert(e.event.name) }
+        #expect(Set(EventName.engineNames).subtracting(seen) == [.cacheEvicted])
+        // cache.evicted: see evictionEvents().
+        let eviction = evictionEvents()
+        #expect(eviction.filter { $0.name == .cacheEvicted }.map(\.placement) == ["a", "b"])  // ~650-byte entries, 1000-byte cap
+        for e in eviction { seen.insert(e.name) }
         let missing = Set(EventName.engineNames).subtracting(seen).map(\.rawValue).sorted()
         #expect(missing.isEmpty, "never emitted: \(missing)")
         #expect(seen == Set(EventName.engineNames))
@@ -82,18 +85,38 @@ struct ScenarioFilesTests {
     }
 }
 
-/// A scenario whose two stored flows exceed the 20 MiB cache cap, so the first is evicted.
-func evictionScenario() -> Scenario {
-    let big: [String: JSONValue] = ["blob": .string(String(repeating: "x", count: 11 * 1024 * 1024))]
-    func placement(_ v: String) -> PlacementBackend {
-        PlacementBackend(audiences: [AudienceDefinition(name: "All Users", versionId: "av-\(v)", requiresAttribution: nil,
-                                                        variations: [Variation(id: v, weight: 100, remoteConfig: big)])],
-                         layout: nil)
+/// Drives a FlowEngine by hand: requests are answered when the test says so.
+final class ManualHost: EngineHost {
+    var sent: [(RequestID, RequestSpec)] = []
+    var outcomes: [CallID: CallOutcome] = [:]
+    func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) { sent.append((request, spec)) }
+    func cancel(_ request: RequestID) {}
+    func schedule(_ timer: TimerID, at: Double) {}
+    func unschedule(_ timer: TimerID) {}
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) { outcomes[call] = outcome }
+}
+
+/// Collects engine events.
+final class EventList: EngineEventSink {
+    let events = Mutex<[EngineEvent]>([])
+    func receive(_ event: EngineEvent) { events.withLock { $0.append(event) } }
+}
+
+/// cache.evicted needs entries beyond the disk cap. The scenario runner's disk layer has the default
+/// 20 MiB cap and the scenario format has no key to change it, so no scenario file can reach it at a
+/// reasonable size; this runs the same engine over a 1 KB disk layer instead.
+func evictionEvents() -> [EngineEvent] {
+    let host = ManualHost()
+    let sink = EventList()
+    var ids = SeededIDs(seed: 7)
+    let engine = FlowEngine(profile: Profile(id: "user-42"), flowCache: FlowCache(disk: InMemoryDiskStore(maxBytes: 1000)),
+                            layouts: InMemoryLayoutStore(), host: host, events: sink,
+                            traceIDs: { TraceID(high: ids.next() | 1, low: ids.next()) })
+    for (i, p) in ["a", "b", "c"].enumerated() {
+        _ = try? engine.getFlow(placement: p, now: Double(i))
+        let payload = AudiencePayload(placementId: p, audienceName: "All Users", audienceVersionId: "av",
+                                      variations: [Variation(id: "\(p)-A", weight: 100, remoteConfig: ["pad": .string(String(repeating: "x", count: 300))])])
+        if let (rid, _) = host.sent.last { engine.response(rid, RequestCompletion(.success(.audience(payload))), now: Double(i) + 0.1) }
     }
-    return Scenario(name: "eviction", file: nil, profile: ScenarioProfile(id: "user-42", attribution: [:]),
-                    backend: ["a": placement("a-A"), "b": placement("b-A")],
-                    network: NetworkRules(latency: 0.1, rules: []), cache: [], fallbackFile: [:], requestTimeout: 30,
-                    steps: [Step(at: 0, call: .getFlow(placement: "a", policy: nil, loadTimeout: nil)),
-                            Step(at: 1, call: .getFlow(placement: "b", policy: nil, loadTimeout: nil))],
-                    expect: [])
+    return sink.events.withLock { $0 }
 }

@@ -137,7 +137,7 @@ struct InvalidScenarioTests {
 
     @Test("an unknown key is named with its path")
     func unknownKey() {
-        check("at: 10, call", "at: 10, colour: 1, call", path: "$.steps[1]", mentions: "colour")
+        check("at: 10, call", "at: 10, colour: 1, call", path: "$.steps[1].colour", mentions: "unknown")
     }
 
     @Test("a wrong type is named with its path")
