@@ -116,11 +116,67 @@ struct PropertyTests {
                 default:
                     break
                 }
-                if case .flow = outcome, outcome.error != nil { violations.append("seed \(seed) step \(i): two outcomes") }
+                if let flow = outcome.flow {
+                    switch flow.source {
+                    case .network where flow.targetingLost, .defaultAudience where !flow.targetingLost,
+                         .fallbackFile where !flow.targetingLost:
+                        violations.append("seed \(seed) step \(i): \(flow.source) with targetingLost \(flow.targetingLost)")
+                    default: break
+                    }
+                }
+                // Every request a call made (background asset prefetches aside) has ended by the time the call ends.
+                for q in report.requests where q.step == i && q.kind != "asset" {
+                    guard let qEnd = q.endedAt, qEnd <= end + 1e-9 else {
+                        violations.append("seed \(seed) step \(i): \(q.kind) request still open after the call ended")
+                        continue
+                    }
+                }
                 checked += 1
             }
         }
         #expect(checked >= 10_000)
         #expect(violations.isEmpty, "\(violations.count) violations, first: \(violations.prefix(5))")
+    }
+}
+
+@Suite("Interruptions under random faults")
+struct InterruptionPropertyTests {
+    @Test("3,000 random schedules with cancel, identify and restart: every call ends exactly once")
+    func interruptions() {
+        var violations: [String] = []
+        var interrupted = 0
+        for seed in UInt64(20_001)...23_000 {
+            var r = PropertyTests.Rng(seed)
+            var scenario = PropertyTests.randomScenario(&r)
+            let target = r.int(scenario.steps.count)
+            let at = scenario.steps[target].at + r.double(0, 6)
+            switch r.int(3) {
+            case 0: scenario.steps.append(Step(at: at, call: .cancel(step: target)))
+            case 1: scenario.steps.append(Step(at: at, call: .identify(ScenarioProfile(id: "other", attribution: ["appleAds": r.double(0, 8)]))))
+            default: scenario.steps.append(Step(at: at, call: .restart))
+            }
+            let report = ScenarioRunner(scenario).run()
+            for (i, step) in scenario.steps.enumerated() {
+                guard let outcome = report.results[i].outcome, let end = report.results[i].completedAt else {
+                    violations.append("seed \(seed) step \(i): never ended")
+                    continue
+                }
+                let ends = report.events.filter { $0.step == i && ($0.event.name == .fetchEnd || $0.event.name == .preloadEnd) }
+                switch step.call {
+                case .getFlow, .getFlowOrDefault:
+                    if ends.count != 1 { violations.append("seed \(seed) step \(i): \(ends.count) fetch.end") }
+                    if let e = outcome.error, [.operationInterrupted, .profileWasChanged].contains(e.code) { interrupted += 1 }
+                    if let e = outcome.error, [.operationInterrupted, .profileWasChanged].contains(e.code), end != at {
+                        violations.append("seed \(seed) step \(i): interrupted at \(end), not at \(at)")
+                    }
+                default: break
+                }
+                for q in report.requests where q.step == i && q.kind != "asset" && q.kind != "profile" {
+                    if (q.endedAt ?? .infinity) > end + 1e-9 { violations.append("seed \(seed) step \(i): request open after the end") }
+                }
+            }
+        }
+        #expect(violations.isEmpty, "\(violations.count) violations, first: \(violations.prefix(5))")
+        #expect(interrupted >= 300, "only \(interrupted) calls were interrupted")
     }
 }
