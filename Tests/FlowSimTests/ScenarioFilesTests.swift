@@ -120,3 +120,16 @@ func evictionEvents() -> [EngineEvent] {
     }
     return sink.events.withLock { $0 }
 }
+
+@Suite("Event attribution to steps")
+struct EventStepTests {
+    @Test("attribution.applied observed through identify's profile fetch carries the identify step",
+          .disabled("engine bug: FlowEngine.applyAttribution starts a new trace, so the event has no step (scenario-format.md: every event carries the step that caused it)"))
+    func attributionAppliedStep() throws {
+        let (_, scenario) = try #require(try scenarioFiles().first { $0.path.hasSuffix("22-identify-attribution-from-backend.json5") })
+        let report = ScenarioRunner(scenario).run()
+        let applied = try #require(report.events.first { $0.event.name == .attributionApplied })
+        #expect(applied.event.t == 1.2)
+        #expect(applied.step == 0)
+    }
+}
