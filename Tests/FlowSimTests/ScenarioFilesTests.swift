@@ -143,3 +143,47 @@ struct EventStepTests {
         #expect(corrupt.first?.event.t == 0.2)
     }
 }
+
+@Suite("Event attributes (events-and-metrics.md)")
+struct EventAttributeTests {
+    /// The attributes each event must carry (optional ones left out).
+    static let required: [EventName: Set<String>] = [
+        .fetchStart: ["call", "policy", "loadTimeout"], .fetchEnd: ["call", "duration"],
+        .cacheHit: ["layer", "age", "audience"], .cacheMiss: [], .cacheExpired: ["age", "maxAge"],
+        .cacheStored: ["audience", "bytes"], .cacheCorrupt: ["key", "reason"], .cacheEvicted: ["key", "bytes"],
+        .requestStart: ["kind", "timeout"], .requestEnd: ["kind", "outcome", "duration", "bytes"],
+        .timeout: ["stage", "budget", "elapsed"], .fallback: ["to", "reason"],
+        .preloadStart: ["placements", "loadTimeout"], .preloadEnd: ["succeeded", "failed", "duration"],
+        .layoutCacheHit: ["layoutId", "version"], .layoutCacheMiss: ["layoutId", "version"], .layoutStored: ["layoutId", "version"],
+        .assetsPrefetchStart: ["count"], .assetsPrefetchEnd: ["count", "bytes", "failed", "duration"],
+        .assetBundled: ["mediaId"], .attributionApplied: ["source", "after"], .attributionTimeout: ["after"],
+        .paramClamped: ["name", "from", "to"], .profileChanged: ["from", "to"],
+    ]
+
+    @Test("every event of every scenario carries its attributes, with the values the spec lists")
+    func attributes() throws {
+        var events = evictionEvents()
+        for (_, scenario) in try scenarioFiles() { events += ScenarioRunner(scenario).run().events.map(\.event) }
+        for e in events {
+            let missing = (Self.required[e.name] ?? []).subtracting(e.attrs.keys)
+            #expect(missing.isEmpty, "\(e.name.rawValue) lacks \(missing.sorted())")
+            switch e.name {
+            case .fetchEnd:
+                let keys: Set<String> = e.attrs["errorCode"] != nil ? ["errorCode"] : ["source", "variation", "audience", "targetingLost"]
+                #expect(keys.isSubset(of: e.attrs.keys), "fetch.end lacks \(keys.subtracting(e.attrs.keys).sorted())")
+            case .requestStart, .requestEnd:
+                #expect(["targeted", "default", "layout", "asset", "profile"].contains(e.attrs["kind"]?.stringValue ?? ""))
+            case .timeout:
+                #expect(["targeted", "default", "batch", "layout"].contains(e.attrs["stage"]?.stringValue ?? ""))
+            case .fallback:
+                #expect(["cache", "defaultAudience", "fallbackFile"].contains(e.attrs["to"]?.stringValue ?? ""))
+                #expect(["timeout", "transport", "server", "client", "decoding"].contains(e.attrs["reason"]?.stringValue ?? ""))
+            case .cacheHit:
+                #expect(["memory", "disk"].contains(e.attrs["layer"]?.stringValue ?? ""))
+            default:
+                break
+            }
+        }
+        #expect(events.count > 500)
+    }
+}
