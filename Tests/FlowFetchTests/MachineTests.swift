@@ -296,7 +296,7 @@ struct LayoutMachineTests {
         var f = flow("all-B", source: .network)
         f.layout = LayoutRef(id: "L1", version: 3)
         let layout = Layout(id: "L1", version: 3, images: [LayoutImage(url: "u1", customMediaId: "hero"), LayoutImage(url: "u2")])
-        var m = try LayoutMachine(flow: f, loadTimeout: 5, bundledMediaIds: ["hero"], fallback: nil, profileId: "u")
+        var m = try LayoutMachine(flow: f, loadTimeout: 5, isBundled: { $0 == "hero" }, fallback: nil, profileId: "u")
         var actions: [MachineAction] = []
         m.start(now: 0, cache: FakeCache(layouts: [layout.ref: layout]), actions: &actions)
         let a = Acts(actions)
