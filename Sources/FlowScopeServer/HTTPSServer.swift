@@ -70,7 +70,11 @@ public final class HTTPSServer: Sendable {
     }
 
     /// Starts serving. Throws if libmicrohttpd refuses the options (its log line is in the message).
+    ///
+    /// Sets SIGPIPE to be ignored in the process: a client that goes away mid-write must cost an
+    /// error return, never the process.
     public func start() throws(ServerStartError) {
+        signal(SIGPIPE, SIG_IGN)
         try listener.withLock { (state: inout ListenState) throws(ServerStartError) in
             guard case .bound(let fd) = state else { throw ServerStartError("server already started or stopped") }
             let handle = try DaemonHandle.start(listenFD: fd, config: config, context: context)
