@@ -27,14 +27,14 @@ struct SSETests {
     func receive() throws {
         let hub = SSEHub(heartbeatInterval: .seconds(60))
         let fixture = try ServerFixture { router in router.get("/api/events/stream") { _ in .eventStream(hub) } }
-        let clients = try (0..<5).map { _ in try subscribe(fixture) }
+        let clients = try (0..<20).map { _ in try subscribe(fixture) }
         for (_, head) in clients {
             #expect(head.status == 200)
             #expect(head.header("content-type") == "text/event-stream; charset=utf-8")
             #expect(head.header("cache-control") == "no-cache")
             #expect(head.header("x-content-type-options") == "nosniff")
         }
-        #expect(eventually { hub.clientCount == 5 })
+        #expect(eventually { hub.clientCount == 20 })
         hub.publish(id: 1, data: #"{"seq":1,"name":"a"}"#)
         hub.publish(id: 2, data: #"{"seq":2,"name":"b"}"#)
         for (c, _) in clients {
@@ -43,7 +43,7 @@ struct SSETests {
             #expect(text.contains("id: 1\ndata: {\"seq\":1,\"name\":\"a\"}\n\nid: 2\ndata: {\"seq\":2,\"name\":\"b\"}\n\n"), "\(text)")
             #expect(text.hasPrefix("retry: 2000\n"))
         }
-        #expect(fixture.server.eventStreamClients == 5)
+        #expect(fixture.server.eventStreamClients == 20)
     }
 
     @Test("a client resuming with Last-Event-ID gets the missed messages once, then live ones")

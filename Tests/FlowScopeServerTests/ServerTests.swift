@@ -281,6 +281,64 @@ struct ServerTests {
         #expect(priorities != nil)
     }
 
+    @Test("oversized request headers and URIs are refused and the server keeps answering")
+    func headerLimit() throws {
+        let fixture = try ServerFixture(limits: ServerLimits(maxHeaderBytes: 8 * 1024, connectionTimeoutSeconds: 10))
+        let ok = try fixture.connect().request("GET", "/healthz", headers: [("X-Small", String(repeating: "s", count: 1000))])
+        #expect(ok.status == 200)
+        let big = try fixture.connect()
+        try big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 16 * 1024) + "\r\n\r\n")
+        let refused = try big.readResponse()
+        #expect(refused.status == 431 || refused.status == 413, "\(refused.status)")
+        let long = try fixture.connect()
+        try long.send("GET /" + String(repeating: "u", count: 16 * 1024) + " HTTP/1.1\r\nHost: x\r\n\r\n")
+        let tooLong = try long.readResponse()
+        #expect(tooLong.status == 414 || tooLong.status == 431, "\(tooLong.status)")
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+    }
+
+    @Test("an idle connection is closed after the connection timeout")
+    func idleTimeout() throws {
+        let fixture = try ServerFixture(limits: ServerLimits(connectionTimeoutSeconds: 1))
+        let c = try fixture.connect()
+        #expect(try c.request("GET", "/healthz").status == 200)
+        let clock = ContinuousClock()
+        let started = clock.now
+        #expect(c.readSome() == nil)  // the server closes; the client's own timeout is 5 s
+        let waited = clock.now - started
+        #expect(waited >= .milliseconds(800) && waited < .seconds(4), "\(waited)")
+    }
+
+    @Test("concurrent clients on kept-alive connections all get their own answers")
+    func concurrentClients() throws {
+        let fixture = try ServerFixture { router in
+            router.get("/api/runs/{id}") { .json(["id": .string($0.parameter("id") ?? "")]) }
+        }
+        let failures = Mutex(0)
+        let port = fixture.port
+        let threads = (0..<6).map { t in
+            Thread {
+                do {
+                    let c = try TestConnection(port: port)
+                    for i in 0..<100 {
+                        let reply = try c.request("GET", "/api/runs/t\(t)-\(i)")
+                        if reply.status != 200 || reply.text != #"{"id":"t\#(t)-\#(i)"}"# + "\n" { failures.withLock { $0 += 1 } }
+                    }
+                } catch {
+                    failures.withLock { $0 += 1000 }
+                }
+            }
+        }
+        for thread in threads { thread.start() }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while threads.contains(where: { !$0.isFinished }) && ContinuousClock.now < deadline { usleep(5_000) }
+        let allFinished = threads.allSatisfy { $0.isFinished }
+        #expect(allFinished)
+        #expect(failures.withLock { $0 } == 0)
+        usleep(50_000)
+        #expect(fixture.server.liveRequests == 0)
+    }
+
     @Test("stop refuses new connections and can be called twice")
     func stop() throws {
         let fixture = try ServerFixture()
