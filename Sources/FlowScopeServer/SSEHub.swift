@@ -6,7 +6,8 @@ import Synchronization
 ///
 /// Each message is written as `id: <seq>\ndata: <json>\n\n`. A client that reconnects with
 /// `Last-Event-ID: N` first receives `replay(N)` (the messages after N, oldest first), then live ones,
-/// without duplicates. Every `heartbeatInterval` each client gets a `: ping` comment, which keeps
+/// without duplicates; when the replay is larger than half the client buffer, only its newest
+/// messages are sent (so a client far behind catches up instead of being dropped in a loop). Every `heartbeatInterval` each client gets a `: ping` comment, which keeps
 /// proxies and the server's idle timeout from closing quiet streams. A client whose unsent bytes
 /// exceed `maxBufferedBytes` is disconnected (it can reconnect and resume) instead of growing memory.
 ///
@@ -28,7 +29,6 @@ public final class SSEHub: Sendable {
     private struct State {
         var streams: [ObjectIdentifier: SSEStream] = [:]
         var heartbeat: (any DispatchSourceTimer)?
-        var published: UInt64 = 0
         var dropped: Int = 0
     }
     private let state = Mutex(State())
@@ -48,10 +48,7 @@ public final class SSEHub: Sendable {
     /// Sends one message to every connected client. `data` should be one line (compact JSON);
     /// embedded newlines are sent as several `data:` lines, as the protocol requires.
     public func publish(id: UInt64, data: String) {
-        let streams = state.withLock { state -> [SSEStream] in
-            state.published &+= 1
-            return Array(state.streams.values)
-        }
+        let streams = state.withLock { Array($0.streams.values) }
         guard !streams.isEmpty else { return }
         let frame = Self.frame(id: id, data: data)
         for stream in streams { stream.deliver(id: id, frame: frame) }
@@ -91,7 +88,15 @@ public final class SSEHub: Sendable {
         }
         if let lastEventID {
             let items = replay(lastEventID).filter { $0.0 > lastEventID }.sorted { $0.0 < $1.0 }
-            stream.finishReplay(items.map { ($0.0, Self.frame(id: $0.0, data: $0.1)) })
+            var frames: [(UInt64, [UInt8])] = []
+            var bytes = 0
+            for (id, data) in items.reversed() {
+                let frame = Self.frame(id: id, data: data)
+                bytes += frame.count
+                if bytes > maxBufferedBytes / 2 { break }
+                frames.append((id, frame))
+            }
+            stream.finishReplay(frames.reversed())
         }
         return stream
     }

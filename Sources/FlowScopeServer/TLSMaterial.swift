@@ -137,7 +137,11 @@ final class PrivateKeyBox {
         guard pem.contains("PRIVATE KEY-----") else {
             throw ServerFileError(path: path, message: "expected a PEM private key (-----BEGIN PRIVATE KEY-----)")
         }
-        let parsed: OpaquePointer? = withMemoryBIO(pem) { PEM_read_bio_PrivateKey($0, nil, nil, nil) }
+        guard !pem.contains("ENCRYPTED") else {
+            throw ServerFileError(path: path, message: "the private key is encrypted; expected an unencrypted PEM key")
+        }
+        // An explicit no-password callback: OpenSSL's default would prompt on the terminal.
+        let parsed: OpaquePointer? = withMemoryBIO(pem) { PEM_read_bio_PrivateKey($0, nil, noPassword, nil) }
         guard let parsed else {
             let failure = OpenSSLFailure("PEM_read_bio_PrivateKey")
             throw ServerFileError(path: path, message: "not a readable unencrypted PEM private key (\(failure.detail))")
@@ -145,6 +149,11 @@ final class PrivateKeyBox {
         raw = parsed
     }
     deinit { EVP_PKEY_free(raw) }
+}
+
+/// A PEM password callback that supplies none.
+private func noPassword(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int32, _ writing: Int32, _ context: UnsafeMutableRawPointer?) -> Int32 {
+    -1
 }
 
 /// Runs `body` with a read-only memory BIO over `text`.

@@ -66,6 +66,25 @@ struct SSETests {
         #expect(ids == ["4", "5", "6"], "\(text)")
     }
 
+    @Test("a client far behind gets the newest replayed messages that fit its buffer, then live ones")
+    func bigReplay() throws {
+        let payload = #"{"pad":""# + String(repeating: "y", count: 1000) + #""}"#
+        let hub = SSEHub(heartbeatInterval: .seconds(60), maxBufferedBytes: 64 * 1024) { after in
+            (after + 1...1000).map { ($0, payload) }
+        }
+        let fixture = try ServerFixture { router in router.get("/api/events/stream") { _ in .eventStream(hub) } }
+        let (c, _) = try subscribe(fixture, lastEventID: 0)
+        #expect(eventually { hub.clientCount == 1 })
+        hub.publish(id: 1001, data: "{}")
+        let (text, ended) = c.readStream { $0.contains("id: 1001\n") }
+        #expect(!ended)
+        let ids = text.split(separator: "\n").filter { $0.hasPrefix("id: ") }.compactMap { Int($0.dropFirst(4)) }
+        #expect(ids.last == 1001)
+        #expect(ids.count > 10 && ids.count < 40, "\(ids.count) replayed")
+        #expect(ids == Array((ids.first ?? 0)...1001), "contiguous newest messages")
+        #expect(hub.droppedClients == 0)
+    }
+
     @Test("idle streams get heartbeat comments")
     func heartbeats() throws {
         let hub = SSEHub(heartbeatInterval: .milliseconds(50))

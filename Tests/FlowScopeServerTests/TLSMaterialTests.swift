@@ -65,6 +65,12 @@ struct TLSMaterialTests {
         #expect(mismatch?.path == other.keyPath)
         #expect(mismatch?.message.contains("does not match") == true)
 
+        let encrypted = dir + "/encrypted.pem"
+        _ = try run("/usr/bin/openssl", ["pkey", "-in", good.keyPath, "-aes256", "-passout", "pass:secret", "-out", encrypted])
+        let locked = #expect(throws: ServerFileError.self) { try TLSMaterial.load(certPath: good.certPath, keyPath: encrypted) }
+        #expect(locked?.path == encrypted)
+        #expect(locked?.message.contains("encrypted") == true)
+
         #expect(throws: Never.self) { try TLSMaterial.load(certPath: good.certPath, keyPath: good.keyPath) }
     }
 
