@@ -263,37 +263,42 @@ final class ServerContext: Sendable {
                 uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
         if !state.headersSeen {
             state.headersSeen = true
-            state.method = method
             if state.rawURI.isEmpty { state.rawURI = url }
             if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
             let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
             let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
+            let waitsForContinue = header(connection, "Expect")?.lowercased() == "100-continue"
             if length > maxBodyBytes {
-                return queue(.error(413, "request body over \(maxBodyBytes) bytes"), on: connection, method: method)
+                state.rejection = .error(413, "request body over \(maxBodyBytes) bytes")
+            } else if length > 0 || chunked, router.needsToken(method: method, rawPath: state.rawPath, policy: policy),
+                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false) {
+                state.rejection = .unauthorized()
             }
-            if length > 0 || chunked, router.needsToken(method: method, rawPath: state.rawPath, policy: policy),
-               !(token?.accepts(authorization: header(connection, "Authorization")) ?? false) {
-                // Refuse before reading a body nobody will look at (the connection is closed after).
-                return queue(.unauthorized(), on: connection, method: method)
+            if let rejection = state.rejection, waitsForContinue || length > maxBodyBytes * 8 {
+                // The client waits for 100 Continue (or the body is absurd): answer now, without
+                // reading the body; libmicrohttpd closes the connection after.
+                return queue(rejection, on: connection, method: method)
             }
-            // Answering on the first call would cost keep-alive: wait for the next one.
+            // Otherwise read (and discard) the body and answer at its end, so the client is
+            // sure to receive the answer and the connection stays usable. Answering on the first
+            // call would also cost keep-alive.
             return .YES
         }
         if uploadSize.pointee > 0 {
             let count = uploadSize.pointee
-            if !state.tooLarge, state.body.count + count <= maxBodyBytes, let uploadData {
+            if state.rejection == nil, state.body.count + count <= maxBodyBytes, let uploadData {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
                     state.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
                 }
             } else {
-                state.tooLarge = true
+                if state.rejection == nil { state.rejection = .error(413, "request body over \(maxBodyBytes) bytes") }
                 state.body = []
             }
             uploadSize.pointee = 0
             return .YES
         }
-        if state.tooLarge {
-            return queue(.error(413, "request body over \(maxBodyBytes) bytes"), on: connection, method: method)
+        if let rejection = state.rejection {
+            return queue(rejection, on: connection, method: method)
         }
         guard let queryItems = PercentDecoding.queryItems(state.rawQuery) else {
             return queue(.error(400, "malformed percent-encoding in the query"), on: connection, method: method)
@@ -375,9 +380,9 @@ final class ServerContext: Sendable {
 final class RequestState {
     var rawURI: String
     var headersSeen = false
-    var method = ""
     var body: [UInt8] = []
-    var tooLarge = false
+    /// The answer decided before the body was read (413, 401); the body is discarded.
+    var rejection: Response?
 
     init(rawURI: String) { self.rawURI = rawURI }
 

@@ -73,9 +73,22 @@ struct ServerTests {
         #expect(try c.request("GET", "/api/runs/r%201").text == #"{"id":"r 1"}"# + "\n")
 
         let big = [UInt8](repeating: 0x41, count: (1 << 20) + 1)
-        let tooLarge = try fixture.connect().request("POST", "/api/ingest", headers: auth, body: big)
+        let kept = try fixture.connect()
+        let tooLarge = try kept.request("POST", "/api/ingest", headers: auth, body: big)
         #expect(tooLarge.status == 413)
         #expect(tooLarge.text.contains(#""status":413"#))
+        #expect(try kept.request("GET", "/healthz").status == 200)  // the body was drained: the connection lives on
+
+        // A client that waits for 100 Continue gets the 413 (or 401) at once and sends nothing.
+        for (headers, status) in [(auth, 413), ([], 401)] {
+            let waiting = try fixture.connect()
+            var head = "POST /api/ingest HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: \(status == 413 ? 50_000_000 : 10)\r\n"
+            for (name, value) in headers { head += "\(name): \(value)\r\n" }
+            try waiting.send(head + "\r\n")
+            #expect(try waiting.readResponse().status == status)
+        }
+        let unauthorizedBody = try fixture.connect().request("POST", "/api/ingest", body: [UInt8](repeating: 0x42, count: 100_000))
+        #expect(unauthorizedBody.status == 401)
     }
 
     @Test("a chunked body over the cap gets 413 and one at the cap is accepted")
@@ -174,6 +187,21 @@ struct ServerTests {
         try permissive.start()
         defer { permissive.stop() }
         #expect(try TestConnection(port: permissive.port, maxTLSVersion: Int(TLS1_1_VERSION)).tlsVersion == "TLSv1.1")
+    }
+
+    @Test("curl verifies the generated certificate for localhost and 127.0.0.1 with --cacert")
+    func curlVerifies() throws {
+        let fixture = try ServerFixture()
+        for host in ["localhost", "127.0.0.1"] {
+            let out = try run("/usr/bin/curl", ["-sS", "--max-time", "5", "--cacert", fixture.tls.certPath,
+                                                "https://\(host):\(fixture.port)/healthz"])
+            #expect(out == #"{"status":"ok"}"# + "\n", "\(host): \(out)")
+        }
+        let other = try TLSMaterial.generateSelfSigned()
+        let wrongCA = fixture.dir + "/other.pem"
+        try other.certPEM.write(toFile: wrongCA, atomically: true, encoding: .utf8)
+        let refused = try run("/usr/bin/curl", ["-sS", "--max-time", "5", "--cacert", wrongCA, "https://localhost:\(fixture.port)/healthz"])
+        #expect(!refused.contains("status"), "\(refused)")
     }
 
     @Test("TLS 1.2 negotiates a forward-secret AEAD suite")
