@@ -44,8 +44,15 @@ public struct TLSMaterial: Sendable, Equatable {
     /// Directories are created with mode 0700 and the key file with mode 0600.
     /// A half-present pair (only one of the two files) is an error rather than silently replaced.
     public static func loadOrCreate(stateDir: String = ".flowscope") throws(ServerFileError) -> TLSMaterial {
-        let cert = certPath(stateDir: stateDir)
-        let key = keyPath(stateDir: stateDir)
+        if !StateDirectory.exists(stateDir + "/tls") { try StateDirectory.create(stateDir) }
+        return try loadOrCreate(tlsDirectory: stateDir + "/tls")
+    }
+
+    /// Loads the generated pair from `<tlsDirectory>/cert.pem` and `key.pem` (config `server.tls.dir`),
+    /// creating the directory (mode 0700) and the pair when absent.
+    public static func loadOrCreate(tlsDirectory: String) throws(ServerFileError) -> TLSMaterial {
+        let cert = tlsDirectory + "/cert.pem"
+        let key = tlsDirectory + "/key.pem"
         let haveCert = StateDirectory.exists(cert)
         let haveKey = StateDirectory.exists(key)
         if haveCert && haveKey { return try load(certPath: cert, keyPath: key) }
@@ -53,8 +60,7 @@ public struct TLSMaterial: Sendable, Equatable {
             let missing = haveCert ? key : cert
             throw ServerFileError(path: missing, message: "missing while its pair exists; remove both files to regenerate")
         }
-        try StateDirectory.create(stateDir)
-        try StateDirectory.create(stateDir + "/tls")
+        try StateDirectory.create(tlsDirectory)
         let generated = try generateSelfSigned()
         try StateDirectory.writeFile(key, contents: generated.keyPEM, mode: 0o600)
         try StateDirectory.writeFile(cert, contents: generated.certPEM, mode: 0o644)

@@ -28,6 +28,17 @@ struct TLSMaterialTests {
         #expect(first.fingerprint.count == 32 * 3 - 1)
     }
 
+    @Test("a configured TLS directory holds cert.pem and key.pem directly")
+    func tlsDirectory() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let material = try TLSMaterial.loadOrCreate(tlsDirectory: dir + "/certs")
+        #expect(material.certPath == dir + "/certs/cert.pem")
+        #expect(material.keyPath == dir + "/certs/key.pem")
+        #expect(StateDirectory.mode(of: dir + "/certs") == 0o700)
+        #expect(try TLSMaterial.loadOrCreate(tlsDirectory: dir + "/certs") == material)
+    }
+
     @Test("two generated certificates differ and their fingerprints differ")
     func distinct() throws {
         let a = try TLSMaterial.generateSelfSigned()
