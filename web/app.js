@@ -153,12 +153,15 @@ function setConn(conn) {
   state.conn = conn;
   const node = $('#conn-state');
   node.dataset.state = conn;
-  node.querySelector('.conn-text').textContent = conn === 'open' ? 'Live' : conn === 'connecting' ? 'Reconnecting…' : 'Offline — retrying';
-  node.title = conn === 'open' ? 'Connected to /api/events/stream' : 'The event stream is not connected; it reconnects by itself';
+  const texts = { open: 'Live', connecting: 'Connecting…', reconnecting: 'Reconnecting…', closed: 'Offline — retrying', off: 'Snapshot' };
+  node.querySelector('.conn-text').textContent = texts[conn] ?? conn;
+  node.title = conn === 'open' ? 'Connected to /api/events/stream'
+    : conn === 'off' ? 'Live updates are off (?stream=off); reload without it to follow events'
+      : 'The event stream is not connected; it reconnects by itself';
 }
 
 const stream = new api.LiveStream({
-  onState: (s) => setConn(s === 'connecting' && !state.everOpen ? 'connecting' : s),
+  onState: (s) => setConn(s === 'connecting' && state.everOpen ? 'reconnecting' : s),
   onOpen: () => { state.everOpen = true; fillGap(); },
   onEvents: (batch) => {
     const fresh = state.buffer.add(batch);
@@ -348,7 +351,24 @@ async function start() {
   await Promise.all([loadEvents(), loadAggregates()]);
   render();
   document.body.dataset.ready = 'true';
-  stream.start();
+  if (streamDisabled()) setConn('off');
+  else stream.start();
 }
 
-start();
+/**
+ * `?stream=off` loads a snapshot without the live stream: for printing, sharing, and headless browsers
+ * whose virtual time never advances while an EventSource is open (`chromium --virtual-time-budget`).
+ */
+function streamDisabled() {
+  return new URLSearchParams(location.search).get('stream') === 'off';
+}
+
+function showError(error) {
+  const banner = $('#app-error');
+  banner.hidden = false;
+  banner.textContent = `Dashboard error: ${error && error.message ? error.message : String(error)}`;
+}
+window.addEventListener('error', (event) => showError(event.error ?? event.message));
+window.addEventListener('unhandledrejection', (event) => showError(event.reason));
+
+start().catch(showError);

@@ -5,8 +5,8 @@ export function duration(seconds) {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return '–';
   const s = Math.max(0, seconds);
   if (s === 0) return '0 ms';
-  if (s < 0.01) return `${(s * 1000).toFixed(2)} ms`;
-  if (s < 0.1) return `${(s * 1000).toFixed(1)} ms`;
+  if (s < 0.001) return `${(s * 1000).toFixed(2)} ms`;
+  if (s < 0.01) return `${(s * 1000).toFixed(1)} ms`;
   if (s < 1) return `${Math.round(s * 1000)} ms`;
   if (s < 10) return `${s.toFixed(2)} s`;
   if (s < 60) return `${s.toFixed(1)} s`;

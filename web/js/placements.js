@@ -90,7 +90,7 @@ export function renderPlacements(section, placements) {
     tr.appendChild(countCell(p.timeouts, 'warn'));
     const lost = countCell(p.targetingLost, 'warn');
     if (p.targetingLost > 0 && p.fetches > 0) {
-      lost.appendChild(el('span', 'cell-sub', fmt.percent(p.targetingLost, p.fetches)));
+      lost.appendChild(el('span', 'cell-sub inline', fmt.percent(p.targetingLost, p.fetches)));
     }
     tr.appendChild(lost);
     tr.appendChild(countCell(p.errors, 'bad'));
