@@ -31,30 +31,33 @@ public struct Simulation: Sendable {
         let total = max(sessions ?? config.sessions, 0)
         let seed = seed ?? config.seed
         let shardCount = (total + Self.shardSize - 1) / Self.shardSize
-        let board = ShardBoard(count: shardCount)
+        let workers = max(1, min(threads, max(shardCount, 1)))
+        let board = ShardBoard(workers: workers)
         let config = self.config
         let started = ContinuousClock.now
-        let workers = max(1, min(threads, max(shardCount, 1)))
-        let work: @Sendable (Int) -> Void = { _ in
+        // Each worker merges the shards it played; the workers' tallies are merged at the end. Every
+        // merge is exact (integer counts, maxima, minima), so the order does not change any number.
+        let work: @Sendable (Int) -> Void = { worker in
             let world = SessionWorld(config: config)
+            var tallies = Array(repeating: StrategyTally(), count: config.strategies.count)
+            var busy = 0.0
             while true {
                 let shard = board.next.wrappingAdd(1, ordering: .relaxed).oldValue
-                guard shard < shardCount else { return }
+                guard shard < shardCount else { break }
                 let begin = ContinuousClock.now
                 let first = shard * Self.shardSize
                 let last = min(first + Self.shardSize, total)
-                var tallies = Array(repeating: StrategyTally(), count: config.strategies.count)
                 for index in first..<last {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
                     for (k, strategy) in config.strategies.enumerated() {
                         world.play(plan, strategy, into: &tallies[k])
                     }
                 }
-                let busy = (ContinuousClock.now - begin).seconds
-                board.results.withLock { $0[shard] = ShardResult(tallies: tallies, busySeconds: busy) }
+                busy += (ContinuousClock.now - begin).seconds
                 let done = board.done.wrappingAdd(last - first, ordering: .relaxed).newValue
                 progress?(done, total)
             }
+            board.results.withLock { $0[worker] = WorkerResult(tallies: tallies, busySeconds: busy) }
         }
         if workers == 1 {
             work(0)
@@ -64,10 +67,10 @@ public struct Simulation: Sendable {
         let wall = (ContinuousClock.now - started).seconds
         var merged = Array(repeating: StrategyTally(), count: config.strategies.count)
         var busy = 0.0
-        for shard in board.results.withLock({ $0 }) {
-            guard let shard else { continue }
-            busy += shard.busySeconds
-            for k in merged.indices { merged[k].merge(shard.tallies[k]) }
+        for result in board.results.withLock({ $0 }) {
+            guard let result else { continue }
+            busy += result.busySeconds
+            for k in merged.indices { merged[k].merge(result.tallies[k]) }
         }
         let calls = merged.reduce(0) { $0 + $1.calls }
         let throughput = SimulationResult.Throughput(calls: calls, wallSeconds: wall, busySeconds: busy, threads: workers)
@@ -168,15 +171,15 @@ struct SessionPlan {
     }
 }
 
-/// Holds the shards' results until they are merged in shard order.
+/// Hands out shards and holds the workers' results.
 private final class ShardBoard: Sendable {
     let next = Atomic<Int>(0)
     let done = Atomic<Int>(0)
-    let results: Mutex<[ShardResult?]>
-    init(count: Int) { results = Mutex(Array(repeating: nil, count: count)) }
+    let results: Mutex<[WorkerResult?]>
+    init(workers: Int) { results = Mutex(Array(repeating: nil, count: workers)) }
 }
 
-private struct ShardResult: Sendable {
+private struct WorkerResult: Sendable {
     var tallies: [StrategyTally]
     var busySeconds: Double
 }

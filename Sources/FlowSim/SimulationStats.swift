@@ -54,6 +54,8 @@ public struct DurationHistogram: Sendable, Hashable {
     private static let logRatio = log(ratio)
 
     private(set) var buckets: [UInt32]
+    /// The largest value seen in each bucket: quantiles report observed values.
+    private(set) var bucketMax: [Double]
     /// Values exactly 0 (or below 0.1 ms).
     public private(set) var zeros: Int = 0
     public private(set) var count: Int = 0
@@ -61,7 +63,10 @@ public struct DurationHistogram: Sendable, Hashable {
     public private(set) var min: Double = .infinity
 
     /// An empty histogram.
-    public init() { buckets = Array(repeating: 0, count: Self.bucketCount) }
+    public init() {
+        buckets = Array(repeating: 0, count: Self.bucketCount)
+        bucketMax = Array(repeating: 0, count: Self.bucketCount)
+    }
 
     /// Adds one value.
     public mutating func add(_ v: Double) {
@@ -71,6 +76,7 @@ public struct DurationHistogram: Sendable, Hashable {
         guard v >= Self.minValue else { zeros += 1; return }
         let i = Swift.min(Int(log(v / Self.minValue) / Self.logRatio), Self.bucketCount - 1)
         buckets[i] &+= 1
+        if v > bucketMax[i] { bucketMax[i] = v }
     }
 
     /// Adds every value of another histogram.
@@ -79,21 +85,22 @@ public struct DurationHistogram: Sendable, Hashable {
         zeros += other.zeros
         max = Swift.max(max, other.max)
         min = Swift.min(min, other.min)
-        for i in 0..<Self.bucketCount { buckets[i] &+= other.buckets[i] }
+        for i in 0..<Self.bucketCount where other.buckets[i] > 0 {
+            buckets[i] &+= other.buckets[i]
+            bucketMax[i] = Swift.max(bucketMax[i], other.bucketMax[i])
+        }
     }
 
-    /// The value of rank `k` (1-based, nearest rank), to the bucket's resolution, clamped to [min, max].
+    /// The value of rank `k` (1-based, nearest rank), to the bucket's resolution: the largest value
+    /// seen in its bucket (an observed value at most 0.5% above the exact one).
     public func value(rank k: Int) -> Double {
         guard count > 0 else { return 0 }
         let k = Swift.max(1, Swift.min(k, count))
-        if k <= zeros { return Swift.max(min, 0) }
+        if k <= zeros { return Swift.max(min, 0) > Self.minValue ? 0 : Swift.max(min, 0) }
         var seen = zeros
         for i in 0..<Self.bucketCount {
             seen += Int(buckets[i])
-            if seen >= k {
-                let mid = Self.minValue * pow(Self.ratio, Double(i) + 0.5)
-                return Swift.min(Swift.max(mid, min), max)
-            }
+            if seen >= k { return bucketMax[i] }
         }
         return max
     }
