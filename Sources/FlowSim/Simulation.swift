@@ -44,7 +44,7 @@ public struct Simulation: Sendable {
             while true {
                 let shard = board.next.wrappingAdd(1, ordering: .relaxed).oldValue
                 guard shard < shardCount else { break }
-                let begin = ContinuousClock.now
+                let begin = threadCPUSeconds()
                 let first = shard * Self.shardSize
                 let last = min(first + Self.shardSize, total)
                 for index in first..<last {
@@ -53,7 +53,7 @@ public struct Simulation: Sendable {
                         world.play(plan, strategy, into: &tallies[k])
                     }
                 }
-                busy += (ContinuousClock.now - begin).seconds
+                busy += threadCPUSeconds() - begin
                 let done = board.done.wrappingAdd(last - first, ordering: .relaxed).newValue
                 progress?(done, total)
             }
@@ -421,6 +421,13 @@ final class SessionWorld: EngineHost {
         }
         if results[need] == nil { results[need] = (now, outcome.flow) }
     }
+}
+
+/// CPU seconds the calling thread has used (robust to other processes sharing the cores).
+func threadCPUSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
 }
 
 extension Duration {

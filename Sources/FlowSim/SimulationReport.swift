@@ -9,12 +9,12 @@ public struct SimulationResult: Sendable {
         /// Engine calls started (getFlow, preloadFlows, getFlowOrDefault) over every strategy.
         public var calls: Int
         public var wallSeconds: Double
-        /// Seconds the threads spent simulating, summed.
+        /// CPU seconds the threads spent simulating, summed.
         public var busySeconds: Double
         public var threads: Int
         /// Calls per wall-clock second.
         public var callsPerSecond: Double { wallSeconds > 0 ? Double(calls) / wallSeconds : 0 }
-        /// Calls per second of one thread's work.
+        /// Calls per CPU second of one thread (one core's rate).
         public var callsPerCoreSecond: Double { busySeconds > 0 ? Double(calls) / busySeconds : 0 }
     }
 
