@@ -112,7 +112,7 @@ public struct PlacementNeed: Sendable, Hashable {
 
 /// The simulated market: networks, attribution, returning users, placements, fallback file.
 public struct Population: Sendable, Hashable {
-    /// Weighted mix of network profile names (weights need not sum to 1).
+    /// Weighted mix of network profile names (weights need not sum to 1), in name order as decoded.
     public var networks: [(name: String, weight: Double)]
     /// Every profile the mix may name: the built-in ones plus the user's.
     public var profiles: [String: NetworkProfile]
@@ -142,7 +142,7 @@ public struct Population: Sendable, Hashable {
     /// 30% Apple Ads users whose attribution lands about 1.5 s after launch, 40% returning sessions,
     /// onboarding at launch on first sessions and the main paywall later in 60% of sessions.
     public static let standard = Population(
-        networks: [("wifi", 0.45), ("lte", 0.35), ("3g", 0.1), ("edge", 0.05), ("lossy", 0.05)],
+        networks: [("3g", 0.1), ("edge", 0.05), ("lossy", 0.05), ("lte", 0.35), ("wifi", 0.45)],
         attributionShare: 0.3, attributionDelay: .logNormal(median: 1.5, p95: 6),
         returningShare: 0.4, cacheAge: .logNormal(median: 86_400, p95: 1_209_600),
         placements: [PlacementNeed(id: "onboarding", at: .fixed(0), sessions: .new),
