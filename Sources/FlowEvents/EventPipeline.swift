@@ -97,13 +97,18 @@ public final class EventPipeline: EngineEventSink {
         while high == 0 && low == 0 { high = rng.next(); low = rng.next() }
         self.trace = TraceID(high: high, low: low)
         self.lanes = sinks.map { SinkLane(sink: $0, capacity: max(1, queueCapacity), maxBatch: max(1, maxBatch)) }
-        // Each drain thread holds the pipeline until `shutdown()` stops it.
+        // Drain threads hold the pipeline weakly; dropping the pipeline stops them (see deinit).
         for (index, lane) in lanes.enumerated() { lane.start(pipeline: self, index: index) }
         for sink in sinks {
             if let observer = sink as? any QueueDepthObserver {
                 observer.observeQueueDepth { [weak self] in self?.stats() ?? [] }
             }
         }
+    }
+
+    deinit {
+        // A pipeline dropped without `shutdown()`: let each thread drain, flush and end.
+        for lane in lanes { lane.stop() }
     }
 
     // MARK: Emitting
@@ -307,7 +312,8 @@ private final class SinkLane: Sendable {
     }
 
     func start(pipeline: EventPipeline, index: Int) {
-        let thread = Thread { [self] in drain(pipeline: pipeline, index: index) }
+        let afterBatch: @Sendable () -> Void = { [weak pipeline] in pipeline?.afterBatch(lane: index) }
+        let thread = Thread { [self] in drain(afterBatch: afterBatch) }
         thread.name = "flowscope.sink.\(sink.name)"
         thread.start()
     }
@@ -360,7 +366,7 @@ private final class SinkLane: Sendable {
         done.signal()
     }
 
-    private func drain(pipeline: EventPipeline, index: Int) {
+    private func drain(afterBatch: @Sendable () -> Void) {
         while true {
             let (batch, finished) = queue.withLock { state -> ([Envelope], Bool) in
                 let batch = state.ring.take(max: maxBatch)
@@ -380,7 +386,7 @@ private final class SinkLane: Sendable {
                 state.consumed += UInt64(batch.count)
                 state.batches += 1
             }
-            pipeline.afterBatch(lane: index)
+            afterBatch()
         }
         sink.flush()
         done.signal()
