@@ -36,6 +36,14 @@ public struct SinkStats: Sendable, Hashable {
     }
 }
 
+/// A sink with something to release when the pipeline stops (a file to close, a program to end).
+/// At `shutdown()`, after its last batch and `flush()`, the pipeline calls `close()` on its drain
+/// thread. Sinks that only need `flush()` need not conform.
+public protocol ClosingSink: EventSink {
+    /// Releases the sink's resources; no `consume` follows.
+    func close()
+}
+
 /// A sink that wants to see the pipeline's queue depths (the metrics sink's
 /// `flowscope_sink_queue_depth` and `flowscope_events_dropped_total`).
 ///
@@ -227,7 +235,7 @@ public final class EventPipeline: EngineEventSink {
 
     /// Stops the pipeline without losing anything already received: reports pending drops,
     /// refuses new events, lets every sink consume its whole queue, calls `flush()` on each sink
-    /// and joins the drain threads. Idempotent; after it `receive` and `ingest` are no-ops.
+    /// (then `close()` on each `ClosingSink`) and joins the drain threads. Idempotent; after it `receive` and `ingest` are no-ops.
     public func shutdown() {
         let first = state.withLock { state -> Bool in
             guard !state.closed else { return false }
@@ -389,6 +397,7 @@ private final class SinkLane: Sendable {
             afterBatch()
         }
         sink.flush()
+        if let closing = sink as? any ClosingSink { closing.close() }
         done.signal()
     }
 }

@@ -20,7 +20,7 @@ import Darwin
 ///   on `flush()`; never `fsync`ed. A crash of the process loses at most the buffer; a crash of
 ///   the machine may lose what the OS had not yet written.
 /// `flush()` (called at pipeline shutdown) writes everything out and, unless `never`, fsyncs.
-public final class JSONLinesSink: EventSink {
+public final class JSONLinesSink: ClosingSink {
     /// The type name in the config's `sinks` list.
     public static let type = "jsonl"
 
@@ -123,7 +123,8 @@ public final class JSONLinesSink: EventSink {
         file.withLock { $0.write(sync: fsync != .never) }
     }
 
-    /// Writes out what is buffered and closes the file; later events reopen it.
+    /// Writes out what is buffered and closes the file (the pipeline calls it at shutdown);
+    /// a later batch reopens it.
     public func close() {
         file.withLock { state in
             state.write(sync: fsync != .never)
