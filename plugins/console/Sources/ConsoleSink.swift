@@ -58,8 +58,14 @@ public final class ConsoleSink: EventSink {
 
     /// A console sink writing to standard output or standard error.
     public convenience init(name: String = "console", color: ColorMode = .auto, stream: Stream = .stdout) {
-        let fd = stream.fileDescriptor
-        self.init(name: name, color: color, isTerminal: isatty(fd) == 1) { text in
+        self.init(name: name, color: color, fileDescriptor: stream.fileDescriptor)
+    }
+
+    /// A console sink writing to an open file descriptor (not closed by the sink); `auto` colour
+    /// asks `isatty` about it.
+    public convenience init(name: String = "console", color: ColorMode = .auto, fileDescriptor fd: Int32,
+                            environment: [String: String] = ProcessInfo.processInfo.environment) {
+        self.init(name: name, color: color, isTerminal: isatty(fd) == 1, environment: environment) { text in
             var text = text
             text.withUTF8 { bytes in
                 guard let base = bytes.baseAddress else { return }

@@ -73,3 +73,55 @@ struct ConsoleSinkTests {
         }
     }
 }
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+@Suite("ConsoleSink on real descriptors")
+struct ConsoleDescriptorTests {
+    /// Reads what is available on `fd` (non-blocking after the first poll).
+    func readAll(_ fd: Int32) -> String {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while poll(&pfd, 1, 200) > 0 {
+            let n = read(fd, &buffer, buffer.count)
+            if n <= 0 { break }
+            bytes += buffer[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    #if os(Linux)
+    @Test("auto colours on a pseudo-terminal, not on a pipe, and not on a terminal with NO_COLOR")
+    func terminalDetection() throws {
+        // posix_openpt & co. are not exported to Swift: open the multiplexer, unlock, ask the number.
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        try #require(master >= 0)
+        defer { close(master) }
+        var unlock: Int32 = 0, number: Int32 = -1
+        #expect(ioctl(master, 0x4004_5431 /* TIOCSPTLCK */, &unlock) == 0)
+        #expect(ioctl(master, 0x8004_5430 /* TIOCGPTN */, &number) == 0)
+        let slave = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+        try #require(slave >= 0)
+        defer { close(slave) }
+        let e = envelope(.timeout, t: 1, attrs: ["stage": "default"])
+        ConsoleSink(color: .auto, fileDescriptor: slave, environment: [:]).consume([e])
+        #expect(readAll(master).contains("\u{1B}[31mtimeout"))
+        ConsoleSink(color: .auto, fileDescriptor: slave, environment: ["NO_COLOR": "1"]).consume([e])
+        let noColor = readAll(master)
+        #expect(noColor.contains("timeout") && !noColor.contains("\u{1B}["))
+
+        var fds: [Int32] = [0, 0]
+        try #require(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let onPipe = ConsoleSink(color: .auto, fileDescriptor: fds[1], environment: [:])
+        #expect(!onPipe.colored)
+        onPipe.consume([e])
+        #expect(readAll(fds[0]) == "  1.000s  main_paywall  timeout  stage=default\n")
+    }
+    #endif
+}
