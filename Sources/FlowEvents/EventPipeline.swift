@@ -60,10 +60,12 @@ public protocol QueueDepthObserver: AnyObject, Sendable {
 ///
 /// `receive` stamps each event with a process-wide `seq`, the wall-clock time and the run, and
 /// appends the envelope to every sink's own bounded queue. Each sink has a dedicated drain thread
-/// that takes batches (in seq order) and calls `consume`. When a queue is full the OLDEST envelope
-/// of that queue is dropped and counted; the pipeline then tells the other sinks with a
-/// `sink.dropped` event (attrs `sink`, `count`), at most once per 100 ms per sink, the remainder
-/// being reported after the sink's next batch or at shutdown.
+/// that takes everything queued (in seq order), hands it to `consume` in batches of at most
+/// `maxBatch`, and comes back for more. When a queue holds `queueCapacity` envelopes the OLDEST
+/// one is dropped and counted; the pipeline then tells the other sinks with a `sink.dropped`
+/// event (attrs `sink`, `count`), at most once per 100 ms per sink, the remainder being reported
+/// after the sink's next batch or at shutdown. (The envelopes a drain thread has already taken
+/// and is consuming do not count against the bound.)
 ///
 /// ```swift
 /// let pipeline = EventPipeline(sinks: [memory, jsonl])
@@ -76,16 +78,10 @@ public final class EventPipeline: EngineEventSink {
     public static let dropReportInterval: Double = 0.1
 
     private let run: String
-    private let lanes: [SinkLane]
-    private let state: Mutex<State>
+    private let hub: Hub
     private let wallClock: @Sendable () -> Double
     private let trace: TraceID
-    private let startUptime: UInt64
-
-    private struct State: ~Copyable {
-        var closed = false
-        var reports: UInt64 = 0
-    }
+    private let reporter: DropReporter
 
     /// Creates a pipeline and starts one drain thread per sink.
     /// - Parameters:
@@ -93,20 +89,28 @@ public final class EventPipeline: EngineEventSink {
     ///   - sinks: the sinks, in config order.
     ///   - queueCapacity: each sink's queue bound (envelopes).
     ///   - maxBatch: the most envelopes handed to one `consume` call.
+    ///   - linger: seconds a drain thread waits after waking before it takes the queue, so bursts
+    ///     are consumed as batches (events reach sinks at most about this much later).
     ///   - wallClock: seconds since 1970, UTC (injectable for tests).
     public init(run: String = "live", sinks: [any EventSink], queueCapacity: Int = 65536, maxBatch: Int = 1024,
-                wallClock: @escaping @Sendable () -> Double = WallClock.now) {
+                linger: Double = 0.001, wallClock: @escaping @Sendable () -> Double = WallClock.now) {
         self.run = run
         self.wallClock = wallClock
-        self.state = Mutex(State())
-        self.startUptime = DispatchTime.now().uptimeNanoseconds
         var rng = SystemRandomNumberGenerator()
         var high: UInt64 = 0, low: UInt64 = 0
         while high == 0 && low == 0 { high = rng.next(); low = rng.next() }
         self.trace = TraceID(high: high, low: low)
-        self.lanes = sinks.map { SinkLane(sink: $0, capacity: max(1, queueCapacity), maxBatch: max(1, maxBatch)) }
-        // Drain threads hold the pipeline weakly; dropping the pipeline stops them (see deinit).
-        for (index, lane) in lanes.enumerated() { lane.start(pipeline: self, index: index) }
+        self.hub = Hub(sinks: sinks, capacity: max(1, queueCapacity), maxBatch: max(1, maxBatch),
+                       linger: UInt32(max(0, min(linger, 1)) * 1_000_000))
+        // Drain threads hold the hub, not the pipeline: dropping the pipeline stops them (deinit).
+        let reporter = DropReporter(run: run, trace: trace, wallClock: wallClock)
+        self.reporter = reporter
+        for index in sinks.indices {
+            let hub = self.hub
+            let thread = Thread { hub.drain(lane: index, reporter: reporter) }
+            thread.name = "flowscope.sink.\(sinks[index].name)"
+            thread.start()
+        }
         for sink in sinks {
             if let observer = sink as? any QueueDepthObserver {
                 observer.observeQueueDepth { [weak self] in self?.stats() ?? [] }
@@ -115,8 +119,8 @@ public final class EventPipeline: EngineEventSink {
     }
 
     deinit {
-        // A pipeline dropped without `shutdown()`: let each thread drain, flush and end.
-        for lane in lanes { lane.stop() }
+        // A pipeline dropped without `shutdown()`: let each thread drain, flush, close and end.
+        hub.stopAll(reporter: nil)
     }
 
     // MARK: Emitting
@@ -130,11 +134,7 @@ public final class EventPipeline: EngineEventSink {
     /// Receives one engine event for `run`.
     func receive(_ event: EngineEvent, run: String) {
         let ts = wallClock()
-        state.withLock { state in
-            guard !state.closed else { return }
-            let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-            enqueueLocked(Envelope(event, seq: seq, ts: ts, run: run), except: nil, state: &state)
-        }
+        hub.enqueue(reporter: reporter) { Envelope(event, seq: $0, ts: ts, run: run) }
     }
 
     /// Puts envelopes that came from elsewhere (another process, `POST /api/ingest`, a replayed
@@ -142,13 +142,7 @@ public final class EventPipeline: EngineEventSink {
     /// `span`, name, placement and attrs are kept.
     public func ingest(_ envelopes: [Envelope]) {
         guard !envelopes.isEmpty else { return }
-        state.withLock { state in
-            guard !state.closed else { return }
-            for var envelope in envelopes {
-                envelope.seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-                enqueueLocked(envelope, except: nil, state: &state)
-            }
-        }
+        hub.enqueueAll(envelopes, reporter: reporter)
     }
 
     /// A view of this pipeline that stamps `run` instead of the pipeline's own run: give it to
@@ -157,67 +151,24 @@ public final class EventPipeline: EngineEventSink {
         PipelineRunSink(pipeline: self, run: run)
     }
 
-    /// Must be called with the state lock held. Appends to every lane but `except`.
-    private func enqueueLocked(_ envelope: Envelope, except: Int?, state: inout State) {
-        for (index, lane) in lanes.enumerated() where index != except {
-            if lane.push(envelope) {
-                // A drop happened: report it now if the last report is old enough.
-                reportDropsLocked(lane: index, force: false, state: &state)
-            }
-        }
-    }
-
-    /// Must be called with the state lock held. Emits a `sink.dropped` event about lane `index`
-    /// to the other sinks when it has unreported drops and (unless `force`) the last report is at
-    /// least `dropReportInterval` old.
-    private func reportDropsLocked(lane index: Int, force: Bool, state: inout State) {
-        let now = uptimeSeconds()
-        guard let count = lanes[index].takeUnreportedDrops(now: now, force: force, interval: Self.dropReportInterval) else { return }
-        state.reports += 1
-        let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-        let envelope = Envelope(
-            seq: seq, ts: wallClock(), t: now, run: run, trace: trace,
-            span: SpanID(trace: trace, index: state.reports), name: .sinkDropped, placement: nil,
-            attrs: ["sink": .string(lanes[index].sink.name), "count": .number(Double(count))])
-        // Never into the overflowing sink itself: it is already full, and this cannot recurse
-        // because reports about the other lanes are rate-limited the same way.
-        for (other, lane) in lanes.enumerated() where other != index {
-            if lane.push(envelope) { reportDropsLocked(lane: other, force: false, state: &state) }
-        }
-    }
-
-    /// Called by a lane's drain thread after each batch: reports that lane's pending drops.
-    fileprivate func afterBatch(lane index: Int) {
-        state.withLock { state in
-            guard !state.closed else { return }
-            reportDropsLocked(lane: index, force: false, state: &state)
-        }
-    }
-
-    private func uptimeSeconds() -> Double {
-        Double(DispatchTime.now().uptimeNanoseconds &- startUptime) / 1e9
-    }
-
     // MARK: Stats
 
     /// Every sink's counters, in the pipeline's sink order.
-    public func stats() -> [SinkStats] {
-        lanes.map { $0.stats() }
-    }
+    public func stats() -> [SinkStats] { hub.stats() }
 
     /// Envelopes waiting in the queue of the sink named `sink` (the first with that name); nil if
     /// there is none.
     public func queueDepth(sink: String) -> Int? {
-        lanes.first { $0.sink.name == sink }?.stats().queueDepth
+        stats().first { $0.sink == sink }?.queueDepth
     }
 
     /// Envelopes dropped so far from the queue of the sink named `sink`; nil if there is none.
     public func dropped(sink: String) -> UInt64? {
-        lanes.first { $0.sink.name == sink }?.stats().dropped
+        stats().first { $0.sink == sink }?.dropped
     }
 
     /// The sinks, in order.
-    public var sinks: [any EventSink] { lanes.map(\.sink) }
+    public var sinks: [any EventSink] { hub.sinks }
 
     /// Waits until every queue is empty and no batch is being consumed, or `timeout` seconds pass.
     /// Returns whether everything was drained. Events emitted meanwhile extend the wait.
@@ -225,7 +176,7 @@ public final class EventPipeline: EngineEventSink {
     public func waitUntilDrained(timeout: Double = 10) -> Bool {
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, timeout) * 1e9)
         while true {
-            if lanes.allSatisfy({ $0.isIdle }) { return true }
+            if hub.isIdle { return true }
             if DispatchTime.now().uptimeNanoseconds >= deadline { return false }
             usleep(1000)
         }
@@ -235,24 +186,19 @@ public final class EventPipeline: EngineEventSink {
 
     /// Stops the pipeline without losing anything already received: reports pending drops,
     /// refuses new events, lets every sink consume its whole queue, calls `flush()` on each sink
-    /// (then `close()` on each `ClosingSink`) and joins the drain threads. Idempotent; after it `receive` and `ingest` are no-ops.
+    /// (then `close()` on each `ClosingSink`) and joins the drain threads. Idempotent; after it
+    /// `receive` and `ingest` are no-ops.
     public func shutdown() {
-        let first = state.withLock { state -> Bool in
-            guard !state.closed else { return false }
-            for index in lanes.indices { reportDropsLocked(lane: index, force: true, state: &state) }
-            state.closed = true
-            return true
-        }
-        if first { for lane in lanes { lane.stop() } }
-        for lane in lanes { lane.join() }
+        hub.stopAll(reporter: reporter)
+        hub.join()
     }
 
-    /// Installs SIGTERM and SIGINT handlers (Dispatch signal sources) that call `shutdown()` and
-    /// then `then` (e.g. `exit(0)`). The default actions of both signals are disabled for the
-    /// life of the process; the sources live until the process exits.
-    public func shutdownOnSignals(then: @escaping @Sendable () -> Void) {
+    /// Installs handlers for `signals` (SIGTERM and SIGINT by default; Dispatch signal sources)
+    /// that call `shutdown()` and then `then` (e.g. `exit(0)`). The default actions of those
+    /// signals are disabled for the life of the process; the sources live until it exits.
+    public func shutdownOnSignals(_ signals: [Int32] = [SIGTERM, SIGINT], then: @escaping @Sendable () -> Void) {
         let queue = DispatchQueue(label: "flowscope.pipeline.signals")
-        for signalNumber in [SIGTERM, SIGINT] {
+        for signalNumber in signals {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
             // The handler holds its own source, so the source lives until the process exits.
@@ -289,168 +235,228 @@ public enum WallClock {
     }
 }
 
-// MARK: - One sink's queue and drain thread
+// MARK: - Queues and drain threads
 
-/// One sink's bounded queue and the thread draining it.
-private final class SinkLane: Sendable {
-    let sink: any EventSink
-    private let capacity: Int
-    private let maxBatch: Int
-    private let queue: Mutex<LaneState>
-    private let wake = DispatchSemaphore(value: 0)
-    private let done = DispatchSemaphore(value: 0)
+/// What a `sink.dropped` event is stamped with.
+private struct DropReporter: Sendable {
+    var run: String
+    var trace: TraceID
+    var wallClock: @Sendable () -> Double
+}
 
-    struct LaneState: ~Copyable {
-        var ring: EnvelopeRing
-        var waiting = false
-        var stopping = false
-        var consuming = false
-        var dropped: UInt64 = 0
-        var unreported: UInt64 = 0
-        var lastReport = -Double.infinity
-        var consumed: UInt64 = 0
-        var batches: UInt64 = 0
-    }
+/// One sink's queue: `items[head...]` are waiting, oldest first.
+private struct LaneQueue {
+    var items: [Envelope] = []
+    var head = 0
+    var waiting = false
+    var stopping = false
+    var consuming = false
+    var dropped: UInt64 = 0
+    var unreported: UInt64 = 0
+    var lastReport = -Double.infinity
+    var consumed: UInt64 = 0
+    var batches: UInt64 = 0
 
-    init(sink: any EventSink, capacity: Int, maxBatch: Int) {
-        self.sink = sink
-        self.capacity = capacity
-        self.maxBatch = maxBatch
-        self.queue = Mutex(LaneState(ring: EnvelopeRing(capacity: capacity)))
-    }
+    var depth: Int { items.count - head }
 
-    func start(pipeline: EventPipeline, index: Int) {
-        let afterBatch: @Sendable () -> Void = { [weak pipeline] in pipeline?.afterBatch(lane: index) }
-        let thread = Thread { [self] in drain(afterBatch: afterBatch) }
-        thread.name = "flowscope.sink.\(sink.name)"
-        thread.start()
-    }
-
-    /// Appends; returns true when the oldest envelope was dropped to make room.
-    func push(_ envelope: Envelope) -> Bool {
-        let (dropped, signal) = queue.withLock { state -> (Bool, Bool) in
-            let dropped = state.ring.append(envelope)
-            if dropped { state.dropped += 1; state.unreported += 1 }
-            let signal = state.waiting
-            state.waiting = false
-            return (dropped, signal)
+    /// Appends; at capacity the oldest is dropped (and compacted away now and then).
+    /// Returns true when something was dropped.
+    mutating func push(_ envelope: Envelope, capacity: Int) -> Bool {
+        items.append(envelope)
+        guard items.count - head > capacity else { return false }
+        head += 1
+        dropped += 1
+        unreported += 1
+        if head >= max(1, capacity / 2) {
+            items.removeFirst(head)
+            head = 0
         }
-        if signal { wake.signal() }
-        return dropped
-    }
-
-    func takeUnreportedDrops(now: Double, force: Bool, interval: Double) -> UInt64? {
-        queue.withLock { state in
-            guard state.unreported > 0, force || now - state.lastReport >= interval else { return nil }
-            let count = state.unreported
-            state.unreported = 0
-            state.lastReport = now
-            return count
-        }
-    }
-
-    func stats() -> SinkStats {
-        queue.withLock { state in
-            SinkStats(sink: sink.name, queueDepth: state.ring.count, capacity: capacity, dropped: state.dropped,
-                      consumed: state.consumed, batches: state.batches)
-        }
-    }
-
-    var isIdle: Bool { queue.withLock { $0.ring.count == 0 && !$0.consuming } }
-
-    func stop() {
-        let signal = queue.withLock { state -> Bool in
-            state.stopping = true
-            let signal = state.waiting
-            state.waiting = false
-            return signal
-        }
-        if signal { wake.signal() }
-    }
-
-    /// Waits for the drain thread to finish (any number of callers).
-    func join() {
-        done.wait()
-        done.signal()
-    }
-
-    private func drain(afterBatch: @Sendable () -> Void) {
-        while true {
-            let (batch, finished) = queue.withLock { state -> ([Envelope], Bool) in
-                let batch = state.ring.take(max: maxBatch)
-                if batch.isEmpty {
-                    if state.stopping { return ([], true) }
-                    state.waiting = true
-                } else {
-                    state.consuming = true
-                }
-                return (batch, false)
-            }
-            if finished { break }
-            if batch.isEmpty { wake.wait(); continue }
-            sink.consume(batch)
-            queue.withLock { state in
-                state.consuming = false
-                state.consumed += UInt64(batch.count)
-                state.batches += 1
-            }
-            afterBatch()
-        }
-        sink.flush()
-        if let closing = sink as? any ClosingSink { closing.close() }
-        done.signal()
+        return true
     }
 }
 
-/// A bounded FIFO of envelopes that grows lazily up to its capacity and then overwrites its
-/// oldest element.
-struct EnvelopeRing: ~Copyable {
-    private var storage: [Envelope?] = []
-    private var head = 0
-    private(set) var count = 0
+/// The shared state of a pipeline: every lane's queue under one lock (one acquisition per event),
+/// plus a semaphore per drain thread to wake it and one to say it has finished.
+private final class Hub: Sendable {
+    let sinks: [any EventSink]
     let capacity: Int
+    let maxBatch: Int
+    let linger: UInt32
+    let state: Mutex<HubState>
+    let wakes: [DispatchSemaphore]
+    let dones: [DispatchSemaphore]
+    let startUptime = DispatchTime.now().uptimeNanoseconds
 
-    init(capacity: Int) { self.capacity = capacity }
-
-    /// Appends `envelope`; returns true when the oldest element was dropped to make room.
-    mutating func append(_ envelope: Envelope) -> Bool {
-        if count < storage.count {
-            storage[(head + count) % storage.count] = envelope
-            count += 1
-            return false
-        }
-        if storage.count < capacity {
-            // Full but still allowed to grow: unroll into a larger linear buffer.
-            if head != 0 {
-                storage = Array(storage[head...] + storage[..<head])
-                head = 0
-            }
-            let grown = min(capacity, max(16, storage.count * 2))
-            storage.reserveCapacity(grown)
-            storage.append(envelope)
-            storage.append(contentsOf: repeatElement(nil, count: grown - storage.count))
-            count += 1
-            return false
-        }
-        // At capacity: overwrite the oldest.
-        storage[head] = envelope
-        head = (head + 1) % storage.count
-        return true
+    struct HubState: ~Copyable {
+        var closed = false
+        var reports: UInt64 = 0
+        var lanes: [LaneQueue]
     }
 
-    /// Removes and returns up to `max` of the oldest elements, oldest first.
-    mutating func take(max: Int) -> [Envelope] {
-        let n = Swift.min(max, count)
-        guard n > 0 else { return [] }
-        var out: [Envelope] = []
-        out.reserveCapacity(n)
-        for _ in 0..<n {
-            if let envelope = storage[head] { out.append(envelope) }
-            storage[head] = nil
-            head = (head + 1) % storage.count
+    init(sinks: [any EventSink], capacity: Int, maxBatch: Int, linger: UInt32) {
+        self.sinks = sinks
+        self.capacity = capacity
+        self.maxBatch = maxBatch
+        self.linger = linger
+        self.state = Mutex(HubState(lanes: Array(repeating: LaneQueue(), count: sinks.count)))
+        self.wakes = sinks.map { _ in DispatchSemaphore(value: 0) }
+        self.dones = sinks.map { _ in DispatchSemaphore(value: 0) }
+    }
+
+    func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds &- startUptime) / 1e9 }
+
+    /// Stamps one envelope (`make` gets the seq) and appends it to every lane.
+    func enqueue(reporter: DropReporter, _ make: (UInt64) -> Envelope) {
+        let wake = state.withLock { state -> [Int] in
+            guard !state.closed else { return [] }
+            let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
+            var wake: [Int] = []
+            push(make(seq), except: nil, state: &state, reporter: reporter, wake: &wake)
+            return wake
         }
-        count -= n
-        if count == 0 { head = 0 }
-        return out
+        for index in wake { wakes[index].signal() }
+    }
+
+    /// Renumbers and appends envelopes from elsewhere.
+    func enqueueAll(_ envelopes: [Envelope], reporter: DropReporter) {
+        let wake = state.withLock { state -> [Int] in
+            guard !state.closed else { return [] }
+            var wake: [Int] = []
+            for var envelope in envelopes {
+                envelope.seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
+                push(envelope, except: nil, state: &state, reporter: reporter, wake: &wake)
+            }
+            return wake
+        }
+        for index in wake { wakes[index].signal() }
+    }
+
+    /// With the lock held: appends to every lane but `except`; notes the lanes to wake.
+    private func push(_ envelope: Envelope, except: Int?, state: inout HubState, reporter: DropReporter, wake: inout [Int]) {
+        for index in state.lanes.indices where index != except {
+            let dropped = state.lanes[index].push(envelope, capacity: capacity)
+            if state.lanes[index].waiting {
+                state.lanes[index].waiting = false
+                wake.append(index)
+            }
+            if dropped { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
+        }
+    }
+
+    /// With the lock held: emits a `sink.dropped` event about lane `index` to the other lanes
+    /// when it has unreported drops and (unless `force`) its last report is old enough. Reports
+    /// about the other lanes are rate-limited the same way, so this never storms.
+    private func report(lane index: Int, force: Bool, state: inout HubState, reporter: DropReporter, wake: inout [Int]) {
+        let now = uptime()
+        let count = state.lanes[index].unreported
+        guard count > 0, force || now - state.lanes[index].lastReport >= EventPipeline.dropReportInterval else { return }
+        state.lanes[index].unreported = 0
+        state.lanes[index].lastReport = now
+        state.reports += 1
+        let envelope = Envelope(
+            seq: processSequence.wrappingAdd(1, ordering: .relaxed).newValue, ts: reporter.wallClock(), t: now,
+            run: reporter.run, trace: reporter.trace, span: SpanID(trace: reporter.trace, index: state.reports),
+            name: .sinkDropped, placement: nil,
+            attrs: ["sink": .string(sinks[index].name), "count": .number(Double(count))])
+        // Never into the overflowing sink itself: its queue is the one that is full.
+        push(envelope, except: index, state: &state, reporter: reporter, wake: &wake)
+    }
+
+    func stats() -> [SinkStats] {
+        state.withLock { state in
+            state.lanes.indices.map { i in
+                let lane = state.lanes[i]
+                return SinkStats(sink: sinks[i].name, queueDepth: lane.depth, capacity: capacity, dropped: lane.dropped,
+                                 consumed: lane.consumed, batches: lane.batches)
+            }
+        }
+    }
+
+    var isIdle: Bool { state.withLock { $0.lanes.allSatisfy { $0.depth == 0 && !$0.consuming } } }
+
+    /// Refuses new events and tells every drain thread to finish; with a reporter, pending drop
+    /// reports go out first.
+    func stopAll(reporter: DropReporter?) {
+        let wake = state.withLock { state -> [Int] in
+            guard !state.closed else { return [] }
+            var wake: [Int] = []
+            if let reporter {
+                for index in state.lanes.indices { report(lane: index, force: true, state: &state, reporter: reporter, wake: &wake) }
+            }
+            state.closed = true
+            for index in state.lanes.indices {
+                state.lanes[index].stopping = true
+                if state.lanes[index].waiting { state.lanes[index].waiting = false; wake.append(index) }
+            }
+            return wake
+        }
+        for index in wake { wakes[index].signal() }
+    }
+
+    /// Waits for every drain thread to finish (any number of callers).
+    func join() {
+        for done in dones {
+            done.wait()
+            done.signal()
+        }
+    }
+
+    /// The drain thread of lane `index`: take everything queued (an O(1) swap under the lock),
+    /// consume it in batches outside the lock, repeat; at stop, drain, flush, close. The counters
+    /// of a consumed batch are recorded at the next take, so each cycle locks once.
+    func drain(lane index: Int, reporter: DropReporter) {
+        let sink = sinks[index]
+        var taken: [Envelope] = []
+        var consumed: UInt64 = 0, batches: UInt64 = 0
+        while true {
+            var wake: [Int] = []
+            let (start, finished) = state.withLock { state -> (Int, Bool) in
+                if batches > 0 {
+                    state.lanes[index].consuming = false
+                    state.lanes[index].consumed += consumed
+                    state.lanes[index].batches += batches
+                    if !state.closed { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
+                }
+                if state.lanes[index].depth == 0 {
+                    state.lanes[index].items.removeAll(keepingCapacity: true)
+                    state.lanes[index].head = 0
+                    if state.lanes[index].stopping { return (0, true) }
+                    state.lanes[index].waiting = true
+                    return (-1, false)
+                }
+                swap(&state.lanes[index].items, &taken)
+                let start = state.lanes[index].head
+                state.lanes[index].head = 0
+                state.lanes[index].consuming = true
+                return (start, false)
+            }
+            for other in wake { wakes[other].signal() }
+            consumed = 0
+            batches = 0
+            if finished { break }
+            if start < 0 {
+                wakes[index].wait()
+                // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
+                // one per event (a futex round trip per event would cost the emitter far more).
+                if linger > 0 { usleep(linger) }
+                continue
+            }
+            var from = start
+            while from < taken.count {
+                let to = min(from + maxBatch, taken.count)
+                sink.consume(from == 0 && to == taken.count ? taken : Array(taken[from..<to]))
+                batches += 1
+                from = to
+            }
+            consumed = UInt64(taken.count - start)
+            let small = consumed < UInt64(maxBatch)
+            // Keep the buffer for the next swap unless a burst made it large.
+            taken.removeAll(keepingCapacity: taken.capacity <= 16_384)
+            // Keeping up easily: let the next batch gather instead of taking the lock per event.
+            if small && linger > 0 { usleep(linger) }
+        }
+        sink.flush()
+        if let closing = sink as? any ClosingSink { closing.close() }
+        dones[index].signal()
     }
 }
