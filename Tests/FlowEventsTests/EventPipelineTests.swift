@@ -98,7 +98,7 @@ struct EventPipelineTests {
         #expect(reports.allSatisfy { $0.attrs["sink"] == "slow" && $0.placement == nil })
         #expect(reports.compactMap { $0.attrs["count"]?.intValue }.reduce(0, +) == 20)
         // The first drop is reported at once, the rest coalesced.
-        #expect(reports.count <= 3)
+        #expect(reports.count <= 7)  // at most one per burst of 5, plus the remainder at shutdown
         #expect(!slow.envelopes.contains { $0.name == .sinkDropped })
         let stats = pipeline.stats()
         #expect(stats.map(\.sink) == ["slow", "fast"])
