@@ -193,21 +193,14 @@ public final class EventPipeline: EngineEventSink {
         hub.join()
     }
 
-    /// Installs handlers for `signals` (SIGTERM and SIGINT by default; Dispatch signal sources)
-    /// that call `shutdown()` and then `then` (e.g. `exit(0)`). The default actions of those
-    /// signals are disabled for the life of the process; the sources live until it exits.
+    /// Installs handlers for `signals` (SIGTERM and SIGINT by default) that call `shutdown()`
+    /// and then `then` (e.g. `exit(0)`), on a thread of their own. The handlers stay for the life
+    /// of the process, replacing the signals' default actions. (A classic self-pipe, not Dispatch
+    /// signal sources: on Linux those only see a signal when every thread blocks it.)
     public func shutdownOnSignals(_ signals: [Int32] = [SIGTERM, SIGINT], then: @escaping @Sendable () -> Void) {
-        let queue = DispatchQueue(label: "flowscope.pipeline.signals")
-        for signalNumber in signals {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
-            // The handler holds its own source, so the source lives until the process exits.
-            source.setEventHandler { [self, source] in
-                _ = source
-                shutdown()
-                then()
-            }
-            source.resume()
+        SignalRelay.install(signals) { [self] in
+            shutdown()
+            then()
         }
     }
 }

@@ -17,97 +17,77 @@ public struct SinkContext: Sendable {
         self.options = options; self.path = path; self.stateDirectory = stateDirectory; self.version = version
     }
 
-    // MARK: Reading options, with errors naming their JSON path
+    // MARK: Reading options, with errors naming their JSON path (FlowJSON's cursor style)
+
+    /// The options as a FlowJSON object cursor at `path`, for plugins that read with cursors.
+    public var cursor: JSONObjectCursor { JSONObjectCursor(path: path, members: options) }
 
     /// The JSON path of option `key`, e.g. `$.sinks[2].rotateBytes`.
-    public func path(of key: String) -> String { path + "." + key }
+    public func path(of key: String) -> String { JSONPath.appending(key: key, to: path) }
 
-    /// Rejects any option not in `allowed`: `$.sinks[2].colour: unknown option (expected one of: color, stream)`.
+    /// Rejects any option not in `allowed`:
+    /// `$.sinks[2].colour: unknown key "colour" (expected one of: color, stream)`.
     public func checkKeys(_ allowed: Set<String>) throws(JSONInputError) {
-        for key in options.keys.sorted() where !allowed.contains(key) {
-            throw JSONInputError(path: path(of: key),
-                                 message: "unknown option (expected one of: \(allowed.sorted().joined(separator: ", ")))")
-        }
+        try cursor.rejectUnknownKeys(allowed: allowed)
     }
 
     /// A string option, nil when absent.
     public func string(_ key: String) throws(JSONInputError) -> String? {
-        guard let value = options[key] else { return nil }
-        guard let s = value.stringValue else { throw mismatch(key, "a string", value) }
-        return s
+        try cursor.optional(key)?.string()
     }
 
     /// A string option that must be one of `choices`; nil when absent.
     public func choice(_ key: String, _ choices: [String]) throws(JSONInputError) -> String? {
-        guard let s = try string(key) else { return nil }
-        guard choices.contains(s) else {
-            throw JSONInputError(path: path(of: key),
-                                 message: "expected one of \(choices.map { "\"\($0)\"" }.joined(separator: ", ")), got \(quoted(.string(s)))")
-        }
+        guard let option = cursor.optional(key) else { return nil }
+        let list = choices.map { JSONValue.string($0).jsonText }.joined(separator: ", ")
+        guard let s = option.value.stringValue, choices.contains(s) else { throw option.expected("one of \(list)") }
         return s
     }
 
     /// An integer option within `range`; nil when absent.
     public func int(_ key: String, in range: ClosedRange<Int> = Int.min...Int.max) throws(JSONInputError) -> Int? {
-        guard let value = options[key] else { return nil }
-        guard let n = value.intValue, range.contains(n) else {
+        guard let option = cursor.optional(key) else { return nil }
+        guard let n = option.value.intValue, range.contains(n) else {
             let what: String
             if range.lowerBound == 1 && range.upperBound == Int.max { what = "a positive integer" }
             else if range.lowerBound == 0 && range.upperBound == Int.max { what = "a non-negative integer" }
             else if range.upperBound == Int.max { what = "an integer >= \(range.lowerBound)" }
+            else if range.lowerBound == Int.min { what = "an integer" }
             else { what = "an integer in \(range.lowerBound)...\(range.upperBound)" }
-            throw mismatch(key, what, value)
+            throw option.expected(what)
         }
         return n
     }
 
     /// A number option within `range`; nil when absent.
     public func number(_ key: String, in range: ClosedRange<Double> = -Double.greatestFiniteMagnitude...Double.greatestFiniteMagnitude) throws(JSONInputError) -> Double? {
-        guard let value = options[key] else { return nil }
-        guard let n = value.numberValue, range.contains(n) else {
-            throw mismatch(key, "a number in \(range.lowerBound)...\(range.upperBound)", value)
+        guard let option = cursor.optional(key) else { return nil }
+        guard let n = option.value.numberValue, range.contains(n) else {
+            throw option.expected(range.lowerBound == -Double.greatestFiniteMagnitude ? "a number" : "a number in \(range.lowerBound)...\(range.upperBound)")
         }
         return n
     }
 
     /// A boolean option; nil when absent.
     public func bool(_ key: String) throws(JSONInputError) -> Bool? {
-        guard let value = options[key] else { return nil }
-        guard let b = value.boolValue else { throw mismatch(key, "true or false", value) }
-        return b
+        try cursor.optional(key)?.bool()
     }
 
     /// An array-of-strings option; nil when absent. `nonEmpty` rejects `[]`.
     public func strings(_ key: String, nonEmpty: Bool = false) throws(JSONInputError) -> [String]? {
-        guard let value = options[key] else { return nil }
-        guard let items = value.arrayValue else {
-            throw mismatch(key, nonEmpty ? "a non-empty array of strings" : "an array of strings", value)
-        }
-        if nonEmpty && items.isEmpty {
-            throw JSONInputError(path: path(of: key), message: "expected a non-empty array of strings, got []")
+        guard let option = cursor.optional(key) else { return nil }
+        guard let items = option.value.arrayValue, !(nonEmpty && items.isEmpty) else {
+            throw option.expected(nonEmpty ? "a non-empty array of strings" : "an array of strings")
         }
         var out: [String] = []
-        for (i, item) in items.enumerated() {
-            guard let s = item.stringValue else {
-                throw JSONInputError(path: path(of: key) + "[\(i)]", message: "expected a string, got \(quoted(item))")
-            }
-            out.append(s)
-        }
+        for item in try option.array() { out.append(try item.string()) }
         return out
     }
 
-    /// An error at option `key` when it is required and absent.
+    /// An error at option `key` when it is required and absent:
+    /// `$.sinks[3]: missing required key "command" (expected an argv array)`.
     public func missing(_ key: String, _ expected: String) -> JSONInputError {
-        JSONInputError(path: path(of: key), message: "required option is missing (expected \(expected))")
-    }
-
-    private func mismatch(_ key: String, _ expected: String, _ got: JSONValue) -> JSONInputError {
-        JSONInputError(path: path(of: key), message: "expected \(expected), got \(quoted(got))")
-    }
-
-    private func quoted(_ value: JSONValue) -> String {
-        let text = value.jsonText
-        return text.count > 60 ? String(text.prefix(57)) + "..." : text
+        JSONInputError(path: path, message: "missing required key \(JSONValue.string(key).jsonText) (expected \(expected))")
     }
 }
 
@@ -152,35 +132,20 @@ public struct SinkRegistry: Sendable {
     public func makeSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
                           version: String) throws -> [any EventSink] {
         guard let value else { return [] }
-        guard let entries = value.arrayValue else {
-            throw JSONInputError(path: path, message: "expected an array of sink objects, got \(value.jsonText.prefix(60))")
-        }
         var sinks: [any EventSink] = []
-        for (i, entry) in entries.enumerated() {
-            let entryPath = "\(path)[\(i)]"
-            guard var options = entry.objectValue else {
-                throw JSONInputError(path: entryPath, message: "expected a sink object like {\"type\": \"memory\"}, got \(entry.jsonText.prefix(60))")
-            }
-            guard let typeValue = options.removeValue(forKey: "type") else {
-                throw JSONInputError(path: entryPath + ".type",
-                                     message: "required key is missing (expected one of: \(types.joined(separator: ", ")))")
-            }
-            guard let type = typeValue.stringValue else {
-                throw JSONInputError(path: entryPath + ".type", message: "expected a string, got \(typeValue.jsonText.prefix(60))")
-            }
-            var enabled = true
-            if let enabledValue = options.removeValue(forKey: "enabled") {
-                guard let b = enabledValue.boolValue else {
-                    throw JSONInputError(path: entryPath + ".enabled", message: "expected true or false, got \(enabledValue.jsonText.prefix(60))")
-                }
-                enabled = b
-            }
+        for entry in try JSONCursor(value, path: path).array() {
+            let object = try entry.object()
+            let type = try object.required("type").string()
+            let enabled = try object.optional("enabled")?.bool() ?? true
             guard factories[type] != nil else {
-                _ = try make(type: type, context: SinkContext(path: entryPath))
+                _ = try make(type: type, context: SinkContext(path: entry.path))
                 continue
             }
             guard enabled else { continue }
-            let context = SinkContext(options: options, path: entryPath, stateDirectory: stateDirectory, version: version)
+            var options = object.members
+            options["type"] = nil
+            options["enabled"] = nil
+            let context = SinkContext(options: options, path: entry.path, stateDirectory: stateDirectory, version: version)
             sinks.append(try make(type: type, context: context))
         }
         return sinks

@@ -51,10 +51,10 @@ struct SinkRegistryTests {
             } catch { return "other" }
             return nil
         }
-        #expect(error([["color": "x"]]) == "$.sinks[0].type: required key is missing (expected one of: console, memory)")
-        #expect(error([["type": "memory", "capacity": "10MB"]]) == "$.sinks[0].capacity: expected a positive integer, got \"10MB\"")
-        #expect(error([["type": "console"], ["type": "memory", "capcity": 1]]) == "$.sinks[1].capcity: unknown option (expected one of: capacity)")
-        #expect(error([["type": "memory", "enabled": "yes"]]) == "$.sinks[0].enabled: expected true or false, got \"yes\"")
+        #expect(error([["color": "x"]]) == "$.sinks[0]: missing required key \"type\"")
+        #expect(error([["type": "memory", "capacity": "10MB"]]) == "$.sinks[0].capacity: expected a positive integer, got a string \"10MB\"")
+        #expect(error([["type": "console"], ["type": "memory", "capcity": 1]]) == "$.sinks[1].capcity: unknown key \"capcity\" (expected one of: capacity)")
+        #expect(error([["type": "memory", "enabled": "yes"]]) == "$.sinks[0].enabled: expected true or false, got a string \"yes\"")
         #expect(error([["type": "nope", "enabled": false]]) == "$.sinks[0].type: unknown sink type \"nope\" (expected one of: console, memory)")
         #expect(error(["type": "memory"])?.hasPrefix("$.sinks: expected an array") == true)
     }
@@ -62,8 +62,8 @@ struct SinkRegistryTests {
     @Test("option readers check types and ranges")
     func readers() throws {
         let ctx = SinkContext(options: ["a": ["x", 1], "b": "sometimes", "c": [], "d": 1.5], path: "$.sinks[0]")
-        #expect(throws: JSONInputError(path: "$.sinks[0].a[1]", message: "expected a string, got 1")) { try ctx.strings("a") }
-        #expect(throws: JSONInputError(path: "$.sinks[0].b", message: "expected one of \"never\", \"batch\", got \"sometimes\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[0].a[1]", message: "expected a string, got a number 1")) { try ctx.strings("a") }
+        #expect(throws: JSONInputError(path: "$.sinks[0].b", message: "expected one of \"never\", \"batch\", got a string \"sometimes\"")) {
             try ctx.choice("b", ["never", "batch"])
         }
         #expect(throws: JSONInputError.self) { try ctx.strings("c", nonEmpty: true) }

@@ -65,7 +65,7 @@ struct ConsoleSinkTests {
         ConsoleSink.register(in: &registry)
         let sink = try registry.make(type: "console", context: SinkContext(options: ["color": "never", "stream": "stderr"], path: "$.sinks[0]"))
         #expect((sink as? ConsoleSink)?.colored == false)
-        #expect(throws: JSONInputError(path: "$.sinks[0].color", message: "expected one of \"auto\", \"always\", \"never\", got \"yes\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[0].color", message: "expected one of \"auto\", \"always\", \"never\", got a string \"yes\"")) {
             _ = try registry.make(type: "console", context: SinkContext(options: ["color": "yes"], path: "$.sinks[0]"))
         }
         #expect(throws: JSONInputError.self) {

@@ -130,13 +130,13 @@ struct ExecSinkTests {
     func config() throws {
         var registry = SinkRegistry()
         ExecSink.register(in: &registry)
-        #expect(throws: JSONInputError(path: "$.sinks[3].command", message: "required option is missing (expected an argv array such as [\"python3\", \"summary.py\"])")) {
+        #expect(throws: JSONInputError(path: "$.sinks[3]", message: "missing required key \"command\" (expected an argv array such as [\"python3\", \"summary.py\"])")) {
             _ = try registry.make(type: "exec", context: SinkContext(path: "$.sinks[3]"))
         }
-        #expect(throws: JSONInputError(path: "$.sinks[3].command", message: "expected a non-empty array of strings, got \"cat\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[3].command", message: "expected a non-empty array of strings, got a string \"cat\"")) {
             _ = try registry.make(type: "exec", context: SinkContext(options: ["command": "cat"], path: "$.sinks[3]"))
         }
-        #expect(throws: JSONInputError(path: "$.sinks[3].command[1]", message: "expected a string, got 3")) {
+        #expect(throws: JSONInputError(path: "$.sinks[3].command[1]", message: "expected a string, got a number 3")) {
             _ = try registry.make(type: "exec", context: SinkContext(options: ["command": ["cat", 3]], path: "$.sinks[3]"))
         }
         let sink = try registry.make(type: "exec", context: SinkContext(options: ["command": ["cat"]], path: "$.sinks[3]", version: "2.0"))

@@ -113,10 +113,10 @@ struct JSONLinesSinkTests {
         let sink = try registry.make(type: "jsonl", context: SinkContext(options: ["rotateBytes": 1000], path: "$.sinks[1]", stateDirectory: dir))
         #expect((sink as? JSONLinesSink)?.path == dir + "/events.jsonl")
         #expect((sink as? JSONLinesSink)?.fsync == .batch && (sink as? JSONLinesSink)?.keep == 3)
-        #expect(throws: JSONInputError(path: "$.sinks[1].rotateBytes", message: "expected a positive integer, got \"10MB\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[1].rotateBytes", message: "expected a positive integer, got a string \"10MB\"")) {
             _ = try registry.make(type: "jsonl", context: SinkContext(options: ["rotateBytes": "10MB"], path: "$.sinks[1]", stateDirectory: dir))
         }
-        #expect(throws: JSONInputError(path: "$.sinks[1].fsync", message: "expected one of \"never\", \"batch\", \"always\", got \"sometimes\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[1].fsync", message: "expected one of \"never\", \"batch\", \"always\", got a string \"sometimes\"")) {
             _ = try registry.make(type: "jsonl", context: SinkContext(options: ["fsync": "sometimes"], path: "$.sinks[1]", stateDirectory: dir))
         }
         #expect(throws: JSONInputError.self) {

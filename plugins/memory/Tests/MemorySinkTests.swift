@@ -190,7 +190,7 @@ struct MemorySinkTests {
         MemorySink.register(in: &registry)
         let sink = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 7], path: "$.sinks[0]"))
         #expect((sink as? MemorySink)?.capacity == 7)
-        #expect(throws: JSONInputError(path: "$.sinks[0].capacity", message: "expected an integer in 1...10000000, got 0")) {
+        #expect(throws: JSONInputError(path: "$.sinks[0].capacity", message: "expected an integer in 1...10000000, got a number 0")) {
             _ = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 0], path: "$.sinks[0]"))
         }
     }
