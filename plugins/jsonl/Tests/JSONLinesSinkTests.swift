@@ -42,6 +42,9 @@ struct JSONLinesSinkTests {
             #expect(object?["ts"] as? String == "2025-12-02T10:11:12.345678Z")
             #expect(object?["trace"] as? String == "4bf92f3577b34da6a3ce929d0e0e4736")
             #expect((object?["attrs"] as? [String: Any])?["text"] as? String == "line\nbreak ü")
+            // And through FlowScope's own reader: the same envelope comes back.
+            let back = try Envelope(jsonValue: JSON5.parse(line))
+            #expect(back.jsonLine == envelope.jsonLine)
         }
     }
 
