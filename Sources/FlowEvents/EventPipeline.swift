@@ -187,7 +187,8 @@ public final class EventPipeline: EngineEventSink {
     /// Stops the pipeline without losing anything already received: reports pending drops,
     /// refuses new events, lets every sink consume its whole queue, calls `flush()` on each sink
     /// (then `close()` on each `ClosingSink`) and joins the drain threads. Idempotent; after it
-    /// `receive` and `ingest` are no-ops.
+    /// `receive` and `ingest` are no-ops. Never call it from inside a sink's `consume` (it waits
+    /// for that very thread).
     public func shutdown() {
         hub.stopAll(reporter: reporter)
         hub.join()
