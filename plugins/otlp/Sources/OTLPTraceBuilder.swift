@@ -236,6 +236,12 @@ public struct OTLPTraceBuilder: Sendable {
             }
             compactFIFO()
         }
+        if fifo.count - fifoHead > 2 * maxOpenTraces + 1024 {
+            // Mostly completed traces: keep the live entries only, so the FIFO stays bounded.
+            let live = open
+            fifo = fifo[fifoHead...].filter { live[$0.0]?.generation == $0.1 }
+            fifoHead = 0
+        }
         generation += 1
         open[e.trace] = TraceState(trace: e.trace, generation: generation, createdAt: now, run: e.run, root: nil,
                                    inheritedRoot: inheritedRoot, firstTs: e.ts, lastTs: e.ts,
