@@ -92,15 +92,15 @@ public final class OTLPSink: EventSink {
 
         public init(destination: Destination) { self.destination = destination }
 
-        /// Reads the options from a config object: `endpoint` (http(s) URL) or `file` (path),
-        /// `headers` (object of strings), `timeout`, `batchSize`, `flushInterval`, `maxQueueSize`,
-        /// `maxOpenTraces`, `traceTimeout`, `maxRetries`, `initialBackoff`, `maxBackoff`,
-        /// `flushTimeout`, `serviceVersion`. `type` and `enabled` are the registry's and ignored.
-        public init(json: JSONValue, at jsonPath: String = "$") throws(JSONInputError) {
-            guard let object = json.objectValue else {
-                throw JSONInputError(path: jsonPath, message: "expected an object with the otlp sink's options")
-            }
-            let numbers: [String: WritableKeyPath<Options, Double>] = [
+        /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[3]`):
+        /// `endpoint` (http(s) URL) or `file` (path), `headers` (object of strings), `timeout`,
+        /// `batchSize`, `flushInterval`, `maxQueueSize`, `maxOpenTraces`, `traceTimeout`,
+        /// `maxRetries`, `initialBackoff`, `maxBackoff`, `flushTimeout`, `serviceVersion`.
+        /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
+        /// error naming its JSON path.
+        public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
+            let object = JSONObjectCursor(path: path, members: json)
+            let seconds: [String: WritableKeyPath<Options, Double>] = [
                 "timeout": \.timeout, "flushInterval": \.flushInterval, "traceTimeout": \.traceTimeout,
                 "initialBackoff": \.initialBackoff, "maxBackoff": \.maxBackoff, "flushTimeout": \.flushTimeout,
             ]
@@ -108,62 +108,45 @@ public final class OTLPSink: EventSink {
                 "batchSize": (\.batchSize, 1), "maxQueueSize": (\.maxQueueSize, 1), "maxOpenTraces": (\.maxOpenTraces, 1),
                 "maxRetries": (\.maxRetries, 0),
             ]
-            let others: Set<String> = ["type", "enabled", "endpoint", "file", "headers", "serviceVersion"]
-            for key in object.keys.sorted() where numbers[key] == nil && integers[key] == nil && !others.contains(key) {
-                throw JSONInputError(path: "\(jsonPath).\(key)", message: "unknown option of the otlp sink (expected endpoint or file, "
-                    + "headers, timeout, batchSize, flushInterval, maxQueueSize, maxOpenTraces, traceTimeout, maxRetries, "
-                    + "initialBackoff, maxBackoff, flushTimeout, serviceVersion)")
-            }
-            switch (object["endpoint"], object["file"]) {
+            try object.rejectUnknownKeys(allowed: Set(seconds.keys).union(integers.keys)
+                .union(["type", "enabled", "endpoint", "file", "headers", "serviceVersion"]))
+            switch (object.optional("endpoint"), object.optional("file")) {
             case (let endpoint?, nil):
-                guard let text = endpoint.stringValue, let url = URL(string: text),
+                guard let text = endpoint.value.stringValue, let url = URL(string: text),
                       let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
                       let host = url.host, !host.isEmpty else {
-                    throw JSONInputError(path: "\(jsonPath).endpoint",
-                                         message: "expected a collector's http(s) URL such as \"http://127.0.0.1:4318/v1/traces\", got \(endpoint.jsonText)")
+                    throw endpoint.expected("a collector's http(s) URL such as \"http://127.0.0.1:4318/v1/traces\"")
                 }
                 self.init(destination: .endpoint(url))
             case (nil, let file?):
-                guard let path = file.stringValue, !path.isEmpty else {
-                    throw JSONInputError(path: "\(jsonPath).file", message: "expected a file path as a non-empty string, got \(file.jsonText)")
+                guard let filePath = file.value.stringValue, !filePath.isEmpty else {
+                    throw file.expected("a file path as a non-empty string")
                 }
-                self.init(destination: .file(path))
+                self.init(destination: .file(filePath))
             case (nil, nil):
-                throw JSONInputError(path: "\(jsonPath).endpoint", message: "expected an endpoint (a collector's /v1/traces URL) or a file")
-            case (_?, _?):
-                throw JSONInputError(path: "\(jsonPath).file", message: "expected either endpoint or file, not both")
+                throw JSONInputError(path: path, message: "missing required key \"endpoint\" (a collector's /v1/traces URL) or \"file\"")
+            case (_?, let file?):
+                throw file.error("expected either endpoint or file, not both")
             }
-            if let headers = object["headers"] {
-                guard let members = headers.objectValue else {
-                    throw JSONInputError(path: "\(jsonPath).headers", message: "expected an object of header names to string values")
-                }
-                for (name, value) in members {
-                    guard let text = value.stringValue else {
-                        throw JSONInputError(path: "\(jsonPath).headers.\(name)", message: "expected a string, got \(value.jsonText)")
-                    }
-                    self.headers[name] = text
+            if let headers = object.optional("headers") {
+                let members = try headers.object()
+                for (name, value) in members.entries {
+                    self.headers[name] = try value.string()
                 }
             }
-            for (key, keyPath) in numbers {
-                guard let value = object[key] else { continue }
-                guard let n = value.numberValue, n.isFinite, n > 0 || (n == 0 && key == "initialBackoff") else {
-                    throw JSONInputError(path: "\(jsonPath).\(key)", message: "expected a positive number of seconds, got \(value.jsonText)")
+            for key in seconds.keys.sorted() {
+                guard let keyPath = seconds[key], let value = object.optional(key) else { continue }
+                guard let n = value.value.numberValue, n.isFinite, n > 0 || (n == 0 && key == "initialBackoff") else {
+                    throw value.expected("a positive number of seconds")
                 }
                 self[keyPath: keyPath] = n
             }
-            for (key, (keyPath, minimum)) in integers {
-                guard let value = object[key] else { continue }
-                guard let n = value.intValue, n >= minimum else {
-                    throw JSONInputError(path: "\(jsonPath).\(key)", message: "expected an integer >= \(minimum), got \(value.jsonText)")
-                }
+            for key in integers.keys.sorted() {
+                guard let (keyPath, minimum) = integers[key], let value = object.optional(key) else { continue }
+                guard let n = value.value.intValue, n >= minimum else { throw value.expected("an integer >= \(minimum)") }
                 self[keyPath: keyPath] = n
             }
-            if let value = object["serviceVersion"] {
-                guard let text = value.stringValue else {
-                    throw JSONInputError(path: "\(jsonPath).serviceVersion", message: "expected a string, got \(value.jsonText)")
-                }
-                serviceVersion = text
-            }
+            if let value = object.optional("serviceVersion") { serviceVersion = try value.string() }
         }
     }
 

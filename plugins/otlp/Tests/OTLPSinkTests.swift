@@ -334,20 +334,21 @@ struct OTLPSinkTests {
         let o = try OTLPSink.Options(json: ["type": "otlp", "endpoint": "https://collector.example:4318/v1/traces",
                                             "headers": ["Authorization": "Bearer x"], "batchSize": 100, "flushInterval": 2,
                                             "timeout": 3],
-                                     at: "$.sinks[3]")
+                                     path: "$.sinks[3]")
         #expect(o.destination == .endpoint(URL(string: "https://collector.example:4318/v1/traces")!))
         #expect(o.headers == ["Authorization": "Bearer x"])
         #expect(o.batchSize == 100 && o.flushInterval == 2 && o.timeout == 3)
         #expect(try OTLPSink.Options(json: ["file": "t.jsonl"]).destination == .file("t.jsonl"))
-        func path(_ json: JSONValue) -> String? {
-            do { _ = try OTLPSink.Options(json: json, at: "$.sinks[3]"); return nil } catch { return error.path }
+        func path(_ json: [String: JSONValue]) -> String? {
+            do { _ = try OTLPSink.Options(json: json, path: "$.sinks[3]"); return nil } catch { return error.path }
         }
         #expect(path(["endpoint": "ftp://x/v1/traces"]) == "$.sinks[3].endpoint")
-        #expect(path([:]) == "$.sinks[3].endpoint")
+        #expect(path([:]) == "$.sinks[3]")
         #expect(path(["endpoint": "http://a/v1/traces", "file": "x"]) == "$.sinks[3].file")
         #expect(path(["file": "x", "batchSize": 0]) == "$.sinks[3].batchSize")
         #expect(path(["file": "x", "headers": ["A": 1]]) == "$.sinks[3].headers.A")
         #expect(path(["file": "x", "flushInterval": "5s"]) == "$.sinks[3].flushInterval")
         #expect(path(["file": "x", "endpiont": "y"]) == "$.sinks[3].endpiont")
+        #expect(path(["file": "x", "headers": ["X-Api-Key": false]]) == "$.sinks[3].headers[\"X-Api-Key\"]")
     }
 }

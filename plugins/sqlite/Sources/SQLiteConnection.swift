@@ -117,40 +117,7 @@ final class Statement: @unchecked Sendable {
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(raw, column) }
 }
 
-/// Decodes the `attrs` column. Uses Foundation's JSONSerialization until FlowJSON's own parser can
-/// replace it: this is the one function to swap.
+/// Decodes the `attrs` column (JSON written by `JSONWriter`).
 func decodeAttrs(_ text: String) -> [String: JSONValue]? {
-    guard let data = text.data(using: .utf8),
-          let object = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else { return nil }
-    return jsonValue(fromFoundation: object)?.objectValue
-}
-
-private let foundationBoolType = type(of: NSNumber(value: true))
-
-private func jsonValue(fromFoundation object: Any) -> JSONValue? {
-    switch object {
-    case is NSNull: return .null
-    case let s as String: return .string(s)
-    case let n as NSNumber:
-        // JSONSerialization returns booleans as a distinct NSNumber subclass; `is Bool` would also
-        // match the numbers 0 and 1.
-        if type(of: n) == foundationBoolType { return .bool(n.boolValue) }
-        return .number(n.doubleValue)
-    case let a as [Any]:
-        var items: [JSONValue] = []
-        items.reserveCapacity(a.count)
-        for element in a {
-            guard let v = jsonValue(fromFoundation: element) else { return nil }
-            items.append(v)
-        }
-        return .array(items)
-    case let o as [String: Any]:
-        var members: [String: JSONValue] = [:]
-        for (k, element) in o {
-            guard let v = jsonValue(fromFoundation: element) else { return nil }
-            members[k] = v
-        }
-        return .object(members)
-    default: return nil
-    }
+    (try? JSON5.parse(text))?.objectValue
 }

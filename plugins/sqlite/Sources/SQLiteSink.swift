@@ -47,37 +47,33 @@ public final class SQLiteSink: EventSink {
             self.path = path; self.retention = retention; self.batchSize = batchSize; self.retentionInterval = retentionInterval
         }
 
-        /// Reads the options from a config object: `path` (string, required), `retention` (seconds),
-        /// `batchSize`, `retentionInterval`. `type` and `enabled` belong to the registry and are
-        /// ignored; any other key is an error naming its JSON path under `jsonPath`.
-        public init(json: JSONValue, at jsonPath: String = "$") throws(JSONInputError) {
-            guard let object = json.objectValue else {
-                throw JSONInputError(path: jsonPath, message: "expected an object with the sqlite sink's options")
+        /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[1]`):
+        /// `path` (string, required), `retention` (seconds), `batchSize`, `retentionInterval`.
+        /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
+        /// error naming its JSON path.
+        public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
+            let object = JSONObjectCursor(path: path, members: json)
+            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval"])
+            let file = try object.required("path")
+            guard let filePath = file.value.stringValue, !filePath.isEmpty else {
+                throw file.expected("the database file path as a non-empty string")
             }
-            let known: Set<String> = ["type", "enabled", "path", "retention", "batchSize", "retentionInterval"]
-            for key in object.keys.sorted() where !known.contains(key) {
-                throw JSONInputError(path: "\(jsonPath).\(key)",
-                                     message: "unknown option of the sqlite sink (expected path, retention, batchSize, retentionInterval)")
-            }
-            guard let path = object["path"]?.stringValue, !path.isEmpty else {
-                throw JSONInputError(path: "\(jsonPath).path", message: "expected the database file path as a non-empty string")
-            }
-            self.init(path: path)
-            if let value = object["retention"], value != .null {
-                guard let seconds = value.numberValue, seconds > 0, seconds.isFinite else {
-                    throw JSONInputError(path: "\(jsonPath).retention", message: "expected a positive number of seconds, got \(value.jsonText)")
+            self.init(path: filePath)
+            if let value = object.optional("retention"), !value.isNull {
+                guard let seconds = value.value.numberValue, seconds > 0, seconds.isFinite else {
+                    throw value.expected("a positive number of seconds")
                 }
                 retention = seconds
             }
-            if let value = object["batchSize"] {
-                guard let n = value.intValue, n > 0 else {
-                    throw JSONInputError(path: "\(jsonPath).batchSize", message: "expected a positive integer, got \(value.jsonText)")
+            if let value = object.optional("batchSize") {
+                guard let n = value.value.intValue, n > 0 else {
+                    throw value.expected("a positive integer")
                 }
                 batchSize = n
             }
-            if let value = object["retentionInterval"] {
-                guard let seconds = value.numberValue, seconds >= 0, seconds.isFinite else {
-                    throw JSONInputError(path: "\(jsonPath).retentionInterval", message: "expected a number of seconds >= 0, got \(value.jsonText)")
+            if let value = object.optional("retentionInterval") {
+                guard let seconds = value.value.numberValue, seconds >= 0, seconds.isFinite else {
+                    throw value.expected("a number of seconds >= 0")
                 }
                 retentionInterval = seconds
             }

@@ -244,15 +244,19 @@ struct SQLiteSinkTests {
 
     @Test("options are read from a config object, and bad ones name their JSON path")
     func options() throws {
-        let ok = try SQLiteSink.Options(json: ["type": "sqlite", "path": "a/b.db", "retention": 3600, "batchSize": 200], at: "$.sinks[1]")
+        let ok = try SQLiteSink.Options(json: ["type": "sqlite", "enabled": true, "path": "a/b.db", "retention": 3600, "batchSize": 200],
+                                        path: "$.sinks[1]")
         #expect(ok == SQLiteSink.Options(path: "a/b.db", retention: 3600, batchSize: 200))
-        #expect(throws: JSONInputError(path: "$.sinks[1].path", message: "expected the database file path as a non-empty string")) {
-            try SQLiteSink.Options(json: ["type": "sqlite"], at: "$.sinks[1]")
+        #expect(throws: JSONInputError(path: "$.sinks[1]", message: "missing required key \"path\"")) {
+            try SQLiteSink.Options(json: ["type": "sqlite"], path: "$.sinks[1]")
         }
-        #expect { try SQLiteSink.Options(json: ["path": "x.db", "retention": "7d"], at: "$.sinks[0]") } throws: {
-            ($0 as? JSONInputError)?.path == "$.sinks[0].retention"
+        #expect(throws: JSONInputError(path: "$.sinks[1].path", message: "expected the database file path as a non-empty string, got an empty string")) {
+            try SQLiteSink.Options(json: ["path": ""], path: "$.sinks[1]")
         }
-        #expect { try SQLiteSink.Options(json: ["path": "x.db", "retension": 5], at: "$.sinks[0]") } throws: {
+        #expect { try SQLiteSink.Options(json: ["path": "x.db", "retention": "7d"], path: "$.sinks[0]") } throws: {
+            ($0 as? JSONInputError)?.path == "$.sinks[0].retention" && "\($0)".contains("got a string \"7d\"")
+        }
+        #expect { try SQLiteSink.Options(json: ["path": "x.db", "retension": 5], path: "$.sinks[0]") } throws: {
             ($0 as? JSONInputError)?.path == "$.sinks[0].retension"
         }
     }
