@@ -3,6 +3,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import OTLPSink
+import Synchronization
 import Testing
 
 func nanos(_ offset: Double) -> UInt64 { unixNanos(1_796_000_000.0 + offset) }
@@ -327,6 +328,34 @@ struct OTLPSinkTests {
         #expect(stats.exportedSpans == 5)
         #expect(collector.received.count == 1)
         #expect(collector.received.first?.body.contains(preloadRoot.hex) == false)
+    }
+
+    @Test("an unfinished trace leaves after traceTimeout by the sink's clock; finish() exports the rest")
+    func incompleteTraces() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let clock = Mutex(1000.0)
+        var options = OTLPSink.Options(destination: .file(dir + "/t.jsonl"))
+        options.traceTimeout = 30
+        options.flushInterval = 60
+        let sink = try OTLPSink(options: options, now: { clock.withLock { $0 } })
+        let stream = sampleStream()
+        sink.consume(stream.filter { $0.trace == getFlowTrace && $0.name != .fetchEnd })
+        clock.withLock { $0 = 1020 }
+        sink.consume(stream.filter { $0.trace == failingTrace && $0.name != .fetchEnd })
+        sink.flush()
+        #expect(sink.stats.exportedSpans == 0)
+        #expect(sink.stats.openTraces == 2)
+        clock.withLock { $0 = 1031 }
+        sink.flush()
+        #expect(sink.stats.exportedSpans == 3)
+        #expect(sink.stats.incompleteTraces == 1)
+        #expect(sink.stats.openTraces == 1)
+        sink.finish()
+        #expect(sink.stats.exportedSpans == 5)
+        #expect(sink.stats.openTraces == 0)
+        let text = try String(contentsOfFile: dir + "/t.jsonl", encoding: .utf8)
+        #expect(text.contains("\"flowscope.incomplete\",\"value\":{\"boolValue\":true}"))
     }
 
     @Test("options are read from a config object, and bad ones name their JSON path")
