@@ -358,6 +358,15 @@ struct OTLPSinkTests {
         #expect(text.contains("\"flowscope.incomplete\",\"value\":{\"boolValue\":true}"))
     }
 
+    @Test("the otlp entry of config/flowscope.json5 is accepted")
+    func shippedConfig() throws {
+        let text = try String(contentsOfFile: packageRoot + "/config/flowscope.json5", encoding: .utf8)
+        let sinks = try #require(try JSON5.parse(text)["sinks"]?.arrayValue)
+        let index = try #require(sinks.firstIndex { $0["type"] == "otlp" })
+        let options = try OTLPSink.Options(json: try #require(sinks[index].objectValue), path: "$.sinks[\(index)]")
+        #expect(options.destination == .endpoint(URL(string: try #require(sinks[index]["endpoint"]?.stringValue))!))
+    }
+
     @Test("options are read from a config object, and bad ones name their JSON path")
     func options() throws {
         let o = try OTLPSink.Options(json: ["type": "otlp", "endpoint": "https://collector.example:4318/v1/traces",

@@ -261,6 +261,18 @@ struct SQLiteSinkTests {
         }
     }
 
+    @Test("the sqlite entry of config/flowscope.json5 is accepted")
+    func shippedConfig() throws {
+        var root = URL(fileURLWithPath: #filePath)
+        for _ in 0..<4 { root.deleteLastPathComponent() }
+        let text = try String(contentsOfFile: root.path + "/config/flowscope.json5", encoding: .utf8)
+        let sinks = try #require(try JSON5.parse(text)["sinks"]?.arrayValue)
+        let index = try #require(sinks.firstIndex { $0["type"] == "sqlite" })
+        let options = try SQLiteSink.Options(json: try #require(sinks[index].objectValue), path: "$.sinks[\(index)]")
+        #expect(!options.path.isEmpty)
+        #expect(options.retention == sinks[index]["retention"]?.numberValue)
+    }
+
     @Test("the plain-SQLite baseline stores the same rows")
     func baseline() throws {
         let dir = temporaryDirectory()
