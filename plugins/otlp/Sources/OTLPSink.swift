@@ -10,10 +10,13 @@ import Synchronization
 public struct OTLPSinkError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The output file or endpoint.
     public var target: String
+    /// What is wrong.
     public var message: String
 
+    /// An error about `target`.
     public init(target: String, message: String) { self.target = target; self.message = message }
 
+    /// `target: message`, the line users see.
     public var description: String { "\(target): \(message)" }
 }
 
@@ -42,6 +45,7 @@ public struct OTLPSinkStats: Sendable, Equatable {
     /// The last export error, if any.
     public var lastError: String?
 
+    /// All zero.
     public init() {}
 }
 
@@ -65,6 +69,7 @@ public final class OTLPSink: EventSink {
 
     /// The sink's options (`sinks[i]` in the config with `"type": "otlp"`).
     public struct Options: Sendable, Equatable {
+        /// The collector endpoint or the output file.
         public var destination: Destination
         /// Extra HTTP headers (for example an API key).
         public var headers: [String: String] = [:]
@@ -84,12 +89,14 @@ public final class OTLPSink: EventSink {
         public var maxRetries: Int = 5
         /// First backoff, seconds; doubled per retry up to `maxBackoff`. A `Retry-After` header wins.
         public var initialBackoff: Double = 0.5
+        /// Longest backoff, seconds.
         public var maxBackoff: Double = 30
         /// Most seconds `flush()` waits for the queue to be sent.
         public var flushTimeout: Double = 30
         /// `service.version` of the exported resource.
         public var serviceVersion: String = "dev"
 
+        /// Default options for `destination`.
         public init(destination: Destination) { self.destination = destination }
 
         /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[3]`):
@@ -150,6 +157,7 @@ public final class OTLPSink: EventSink {
         }
     }
 
+    /// `otlp`.
     public let name = "otlp"
     /// The options the sink was created with.
     public let options: Options

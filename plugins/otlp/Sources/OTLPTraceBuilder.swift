@@ -6,22 +6,30 @@ import FlowJSON
 public struct OTLPSpan: Sendable, Equatable {
     /// OTLP `SpanKind` values (the JSON encoding writes the integer).
     public enum Kind: Int, Sendable {
+        /// SPAN_KIND_INTERNAL: a call, an asset prefetch.
         case `internal` = 1
+        /// SPAN_KIND_CLIENT: a request to the backend.
         case client = 3
     }
 
     /// OTLP `Status`: unset, or an error with a message.
     public enum Status: Sendable, Equatable {
+        /// STATUS_CODE_UNSET: nothing went wrong.
         case unset
+        /// STATUS_CODE_ERROR, with a message.
         case error(String)
     }
 
     /// A span event: an envelope that is not a span boundary.
     public struct Event: Sendable, Equatable {
+        /// The event name, e.g. `timeout`.
         public var name: String
+        /// The envelope's `ts` in nanoseconds.
         public var timeUnixNano: UInt64
+        /// The envelope's attrs, plus `placement`.
         public var attributes: [String: JSONValue]
 
+        /// An event with the given values.
         public init(name: String, timeUnixNano: UInt64, attributes: [String: JSONValue]) {
             self.name = name; self.timeUnixNano = timeUnixNano; self.attributes = attributes
         }
@@ -33,14 +41,22 @@ public struct OTLPSpan: Sendable, Equatable {
     public var spanId: String
     /// The parent's span id; nil for a root span.
     public var parentSpanId: String?
+    /// E.g. `getFlow main_paywall`, `request targeted`.
     public var name: String
+    /// INTERNAL for calls, CLIENT for requests.
     public var kind: Kind
+    /// Start, nanoseconds since 1970.
     public var startTimeUnixNano: UInt64
+    /// End, nanoseconds since 1970.
     public var endTimeUnixNano: UInt64
+    /// The span's attributes (nulls are left out when encoded).
     public var attributes: [String: JSONValue]
+    /// The events that happened on this span.
     public var events: [Event]
+    /// ERROR when the call, request or preload failed.
     public var status: Status
 
+    /// A span with the given values.
     public init(traceId: String, spanId: String, parentSpanId: String?, name: String, kind: Kind,
                 startTimeUnixNano: UInt64, endTimeUnixNano: UInt64, attributes: [String: JSONValue] = [:],
                 events: [Event] = [], status: Status = .unset) {
@@ -123,6 +139,7 @@ public struct OTLPTraceBuilder: Sendable {
     private var exportedOrder: [TraceID] = []
     private var exportedHead = 0
 
+    /// A builder with the given bounds.
     public init(maxOpenTraces: Int = 10_000, traceTimeout: Double = 120) {
         self.maxOpenTraces = max(1, maxOpenTraces)
         self.traceTimeout = traceTimeout

@@ -9,10 +9,12 @@ public struct SQLiteSinkError: Error, Sendable, Equatable, CustomStringConvertib
     /// What is wrong and, where it helps, what was expected.
     public var message: String
 
+    /// An error about the database at `path`.
     public init(path: String, message: String) {
         self.path = path; self.message = message
     }
 
+    /// `path: message`, the line users see.
     public var description: String { "\(path): \(message)" }
 }
 

@@ -11,10 +11,12 @@ public struct SQLiteRunSummary: Sendable, Equatable {
     public var run: String
     /// Events stored for it.
     public var count: Int
-    /// Wall-clock time of its oldest and newest stored event, seconds since 1970.
+    /// Wall-clock time of its oldest stored event, seconds since 1970.
     public var firstTs: Double
+    /// Wall-clock time of its newest stored event, seconds since 1970.
     public var lastTs: Double
 
+    /// A summary with the given values.
     public init(run: String, count: Int, firstTs: Double, lastTs: Double) {
         self.run = run; self.count = count; self.firstTs = firstTs; self.lastTs = lastTs
     }
@@ -43,6 +45,7 @@ public final class SQLiteSink: EventSink {
         /// Least time between two retention passes, seconds.
         public var retentionInterval: Double
 
+        /// Options with the given values.
         public init(path: String, retention: Double? = nil, batchSize: Int = 1000, retentionInterval: Double = 60) {
             self.path = path; self.retention = retention; self.batchSize = batchSize; self.retentionInterval = retentionInterval
         }
@@ -83,6 +86,7 @@ public final class SQLiteSink: EventSink {
     /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
     public static let schemaVersion: Int64 = 1
 
+    /// `sqlite`.
     public let name = "sqlite"
     /// The options the sink was opened with.
     public let options: Options
