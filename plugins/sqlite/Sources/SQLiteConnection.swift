@@ -32,7 +32,7 @@ final class Connection: @unchecked Sendable {
     let path: String
 
     /// Opens (creating if needed) the database at `path`.
-    init(path: String, readOnly: Bool = false) throws(SQLiteSinkError) {
+    init(path: String, readOnly: Bool = false, busyTimeout: Double = 5) throws(SQLiteSinkError) {
         var handle: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &handle, flags, nil)
@@ -43,7 +43,7 @@ final class Connection: @unchecked Sendable {
         }
         db = handle
         self.path = path
-        sqlite3_busy_timeout(db, 5000)
+        sqlite3_busy_timeout(db, Int32(min(max(0, busyTimeout), 3600) * 1000))
     }
 
     deinit { sqlite3_close_v2(db) }

@@ -44,19 +44,25 @@ public final class SQLiteSink: EventSink {
         public var batchSize: Int
         /// Least time between two retention passes, seconds.
         public var retentionInterval: Double
+        /// Most seconds a write waits for another process holding the file's write lock; past it
+        /// the batch fails (counted in `failedCount`).
+        public var busyTimeout: Double
 
         /// Options with the given values.
-        public init(path: String, retention: Double? = nil, batchSize: Int = 1000, retentionInterval: Double = 60) {
+        public init(path: String, retention: Double? = nil, batchSize: Int = 1000, retentionInterval: Double = 60,
+                    busyTimeout: Double = 5) {
             self.path = path; self.retention = retention; self.batchSize = batchSize; self.retentionInterval = retentionInterval
+            self.busyTimeout = busyTimeout
         }
 
         /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[1]`):
-        /// `path` (string, required), `retention` (seconds), `batchSize`, `retentionInterval`.
+        /// `path` (string, required), `retention` (seconds), `batchSize`, `retentionInterval`,
+        /// `busyTimeout` (seconds).
         /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
         /// error naming its JSON path.
         public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
             let object = JSONObjectCursor(path: path, members: json)
-            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval"])
+            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval", "busyTimeout"])
             let file = try object.required("path")
             guard let filePath = file.value.stringValue, !filePath.isEmpty else {
                 throw file.expected("the database file path as a non-empty string")
@@ -79,6 +85,12 @@ public final class SQLiteSink: EventSink {
                     throw value.expected("a number of seconds >= 0")
                 }
                 retentionInterval = seconds
+            }
+            if let value = object.optional("busyTimeout") {
+                guard let seconds = value.value.numberValue, seconds >= 0, seconds <= 3600 else {
+                    throw value.expected("a number of seconds from 0 to 3600")
+                }
+                busyTimeout = seconds
             }
         }
     }
@@ -129,7 +141,7 @@ public final class SQLiteSink: EventSink {
                 throw SQLiteSinkError(path: path, message: "cannot create the directory \(parent): \(error.localizedDescription)")
             }
         }
-        let connection = try Connection(path: path)
+        let connection = try Connection(path: path, busyTimeout: options.busyTimeout)
         try Self.migrate(connection)
         let mode = try connection.textPragma("PRAGMA journal_mode=WAL")
         guard mode.lowercased() == "wal" else {
@@ -140,7 +152,7 @@ public final class SQLiteSink: EventSink {
             "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
         let deleteOlder = try connection.prepare("DELETE FROM events WHERE ts < ?1")
         writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder))
-        reader = Mutex(try Connection(path: path))
+        reader = Mutex(try Connection(path: path, busyTimeout: options.busyTimeout))
     }
 
     /// Opens the store at `path` with default options.

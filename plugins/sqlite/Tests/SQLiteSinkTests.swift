@@ -242,6 +242,44 @@ struct SQLiteSinkTests {
         #expect(sink.failedCount == 0)
     }
 
+    @Test("a batch that cannot be written (another process holds the write lock) is counted, and later batches go on")
+    func writeFailure() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/events.db"
+        let sink = try SQLiteSink(options: .init(path: path, busyTimeout: 0.1))
+        sink.consume([envelope(1)])
+
+        // The real sqlite3 tool takes the write lock and keeps it until told to commit.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        holder.arguments = [path]
+        let input = Pipe(), output = Pipe()
+        holder.standardInput = input
+        holder.standardOutput = output
+        try holder.run()
+        input.fileHandleForWriting.write(Data("BEGIN EXCLUSIVE;\nSELECT 'locked';\n".utf8))
+        var seen = ""
+        while !seen.contains("locked") {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+        #expect(seen.contains("locked"))
+
+        sink.consume([envelope(2), envelope(3)])
+        #expect(sink.failedCount == 2)
+        #expect(sink.lastError?.path == path)
+        #expect(sink.lastError?.message.contains("locked") == true, "\(String(describing: sink.lastError))")
+        #expect(try sink.events().map(\.seq) == [1], "reads go on while another process writes")
+
+        input.fileHandleForWriting.write(Data("COMMIT;\n.quit\n".utf8))
+        holder.waitUntilExit()
+        sink.consume([envelope(4)])
+        #expect(try sink.events().map(\.seq) == [1, 4])
+        #expect(sink.storedCount == 2)
+    }
+
     @Test("options are read from a config object, and bad ones name their JSON path")
     func options() throws {
         let ok = try SQLiteSink.Options(json: ["type": "sqlite", "enabled": true, "path": "a/b.db", "retention": 3600, "batchSize": 200],
