@@ -103,14 +103,41 @@ public struct SinkRegistry: Sendable {
     /// Builds a sink from its context; throws `JSONInputError` naming the option at fault.
     public typealias Factory = @Sendable (SinkContext) throws -> any EventSink
 
+    /// Checks a sink's options without building it (no files opened, no program started).
+    public typealias Validator = @Sendable (SinkContext) throws -> Void
+
     private var factories: [String: Factory] = [:]
+    private var validators: [String: Validator] = [:]
 
     /// An empty registry.
     public init() {}
 
-    /// Registers (or replaces) the factory for `type`.
-    public mutating func register(_ type: String, _ make: @escaping Factory) {
+    /// Registers (or replaces) the factory for `type`. Give `validate` when building the sink has side
+    /// effects (files, processes), so `validateSinks` can check its options without them.
+    public mutating func register(_ type: String, validate: Validator? = nil, _ make: @escaping Factory) {
         factories[type] = make
+        validators[type] = validate
+    }
+
+    /// Checks every entry of a config's `sinks` list (enabled or not) without side effects: through the
+    /// type's validator, or by building it when the type has none (its building has no side effects).
+    public func validateSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String, version: String) throws {
+        guard let value else { return }
+        for entry in try JSONCursor(value, path: path).array() {
+            let object = try entry.object()
+            let type = try object.required("type").string()
+            _ = try object.optional("enabled")?.bool()
+            var options = object.members
+            options["type"] = nil
+            options["enabled"] = nil
+            let context = SinkContext(options: options, path: entry.path, stateDirectory: stateDirectory, version: version)
+            if let validate = validators[type] {
+                try validate(context)
+            } else {
+                let sink = try make(type: type, context: context)
+                (sink as? ClosingSink)?.close()
+            }
+        }
     }
 
     /// The registered type names, sorted.

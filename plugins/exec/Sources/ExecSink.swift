@@ -70,21 +70,27 @@ public final class ExecSink: ClosingSink {
     /// `bufferBytes` (default 1048576), `backoffInitial` (s, default 0.1), `backoffMax` (s,
     /// default 10), `flushTimeout` (s, default 2), `name` (default `exec`).
     public static func make(_ context: SinkContext) throws -> ExecSink {
+        let s = try settings(context)
+        return ExecSink(name: s.name, command: s.command, version: context.version, bufferBytes: s.bufferBytes,
+                        backoffInitial: s.backoffInitial, backoffMax: s.backoffMax, flushTimeout: s.flushTimeout)
+    }
+
+    /// The options of a config entry, checked, without starting anything.
+    static func settings(_ context: SinkContext) throws(JSONInputError)
+        -> (name: String, command: [String], bufferBytes: Int, backoffInitial: Double, backoffMax: Double, flushTimeout: Double) {
         try context.checkKeys(["command", "bufferBytes", "backoffInitial", "backoffMax", "flushTimeout", "name"])
         guard let command = try context.strings("command", nonEmpty: true) else {
             throw context.missing("command", "an argv array such as [\"python3\", \"summary.py\"]")
         }
         if command[0].isEmpty { throw JSONInputError(path: context.path(of: "command") + "[0]", message: "expected a program, got \"\"") }
-        return ExecSink(name: try context.string("name") ?? "exec", command: command, version: context.version,
-                        bufferBytes: try context.int("bufferBytes", in: 1...Int.max) ?? 1 << 20,
-                        backoffInitial: try context.number("backoffInitial", in: 0.001...3600) ?? 0.1,
-                        backoffMax: try context.number("backoffMax", in: 0.001...86400) ?? 10,
-                        flushTimeout: try context.number("flushTimeout", in: 0...3600) ?? 2)
+        return (try context.string("name") ?? "exec", command, try context.int("bufferBytes", in: 1...Int.max) ?? 1 << 20,
+                try context.number("backoffInitial", in: 0.001...3600) ?? 0.1, try context.number("backoffMax", in: 0.001...86400) ?? 10,
+                try context.number("flushTimeout", in: 0...3600) ?? 2)
     }
 
     /// Registers the `exec` type.
     public static func register(in registry: inout SinkRegistry) {
-        registry.register(type) { context in try make(context) }
+        registry.register(type, validate: { context in _ = try settings(context) }) { context in try make(context) }
     }
 
     // MARK: Counters

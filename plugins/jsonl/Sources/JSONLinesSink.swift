@@ -69,21 +69,27 @@ public final class JSONLinesSink: ClosingSink {
     /// `<stateDirectory>/events.jsonl`), `rotateBytes` (default 67108864), `keep` (default 3),
     /// `fsync` (`never`, `batch` or `always`; default `batch`), `name` (default `jsonl`).
     public static func make(_ context: SinkContext) throws -> JSONLinesSink {
-        try context.checkKeys(["path", "rotateBytes", "keep", "fsync", "name"])
-        let path = try context.string("path") ?? (context.stateDirectory as NSString).appendingPathComponent("events.jsonl")
-        let policy = try context.choice("fsync", FsyncPolicy.allCases.map(\.rawValue)).flatMap(FsyncPolicy.init(rawValue:)) ?? .batch
+        let s = try settings(context)
         do {
-            return try JSONLinesSink(name: try context.string("name") ?? "jsonl", path: path,
-                                     rotateBytes: try context.int("rotateBytes", in: 1...Int.max) ?? 64 * 1024 * 1024,
-                                     keep: try context.int("keep", in: 0...1000) ?? 3, fsync: policy)
+            return try JSONLinesSink(name: s.name, path: s.path, rotateBytes: s.rotateBytes, keep: s.keep, fsync: s.fsync)
         } catch let error as JSONLinesError {
             throw JSONInputError(path: context.path(of: "path"), message: error.message)
         }
     }
 
+    /// The options of a config entry, checked, without opening anything.
+    static func settings(_ context: SinkContext) throws(JSONInputError)
+        -> (name: String, path: String, rotateBytes: Int, keep: Int, fsync: FsyncPolicy) {
+        try context.checkKeys(["path", "rotateBytes", "keep", "fsync", "name"])
+        let path = try context.string("path") ?? (context.stateDirectory as NSString).appendingPathComponent("events.jsonl")
+        let policy = try context.choice("fsync", FsyncPolicy.allCases.map(\.rawValue)).flatMap(FsyncPolicy.init(rawValue:)) ?? .batch
+        return (try context.string("name") ?? "jsonl", path, try context.int("rotateBytes", in: 1...Int.max) ?? 64 * 1024 * 1024,
+                try context.int("keep", in: 0...1000) ?? 3, policy)
+    }
+
     /// Registers the `jsonl` type.
     public static func register(in registry: inout SinkRegistry) {
-        registry.register(type) { context in try make(context) }
+        registry.register(type, validate: { context in _ = try settings(context) }) { context in try make(context) }
     }
 
     /// Write failures so far (disk full, file removed, ...); the sink keeps going.
