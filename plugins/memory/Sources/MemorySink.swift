@@ -1,1 +1,469 @@
 import FlowEvents
+import FlowFetch
+import FlowJSON
+import Synchronization
+
+/// Keeps recent events in memory and per-run, per-placement aggregates: what the dashboard API
+/// (`/api/events`, `/api/events/stream`, `/api/placements`, `/api/runs`) reads.
+///
+/// The event ring holds the last `capacity` envelopes. Aggregates are kept incrementally as
+/// events arrive, so they cover every event since start (not only those still in the ring), and
+/// are bounded: at most `maxRuns` runs (the least recently active non-live run is forgotten
+/// first), `maxPlacements` placements per run (more fold into `_other`), 16 fetch sources per
+/// placement (more fold into `_other`) and the last `durationSamples` fetch.end durations per
+/// placement for p50/p95. Every method is thread-safe.
+public final class MemorySink: EventSink {
+    /// The type name in the config's `sinks` list.
+    public static let type = "memory"
+
+    /// The sink's name in metrics and logs.
+    public let name: String
+    /// Envelopes kept in the ring.
+    public let capacity: Int
+    /// Fetch durations kept per placement and run for p50/p95.
+    public let durationSamples: Int
+    /// Runs kept in the aggregates.
+    public let maxRuns: Int
+    /// Placements kept per run; more fold into `_other`.
+    public let maxPlacements: Int
+
+    private let state: Mutex<MemoryState>
+    private let subscribers = Mutex<Subscribers>(Subscribers())
+
+    /// Creates a memory sink.
+    public init(name: String = "memory", capacity: Int = 10_000, durationSamples: Int = 1024, maxRuns: Int = 256,
+                maxPlacements: Int = 200) {
+        self.name = name
+        self.capacity = max(1, capacity)
+        self.durationSamples = max(1, durationSamples)
+        self.maxRuns = max(1, maxRuns)
+        self.maxPlacements = max(1, maxPlacements)
+        self.state = Mutex(MemoryState())
+    }
+
+    /// Builds a memory sink from its config entry. Options: `capacity` (events kept, default
+    /// 10000), `durationSamples` (default 1024), `maxRuns` (default 256), `maxPlacements`
+    /// (default 200), `name` (default `memory`).
+    public static func make(_ context: SinkContext) throws(JSONInputError) -> MemorySink {
+        try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements", "name"])
+        return MemorySink(
+            name: try context.string("name") ?? "memory",
+            capacity: try context.int("capacity", in: 1...10_000_000) ?? 10_000,
+            durationSamples: try context.int("durationSamples", in: 1...1_000_000) ?? 1024,
+            maxRuns: try context.int("maxRuns", in: 1...100_000) ?? 256,
+            maxPlacements: try context.int("maxPlacements", in: 1...100_000) ?? 200)
+    }
+
+    /// Registers the `memory` type.
+    public static func register(in registry: inout SinkRegistry) {
+        registry.register(type) { context in try make(context) }
+    }
+
+    // MARK: EventSink
+
+    /// Stores the batch, updates the aggregates, then calls every subscriber with the batch.
+    public func consume(_ batch: [Envelope]) {
+        guard !batch.isEmpty else { return }
+        let limits = Limits(capacity: capacity, durationSamples: durationSamples, maxRuns: maxRuns, maxPlacements: maxPlacements)
+        state.withLock { state in
+            for envelope in batch { state.add(envelope, limits: limits) }
+        }
+        let handlers = subscribers.withLock { Array($0.handlers.values) }
+        for handler in handlers { handler(batch) }
+    }
+
+    /// Nothing to make durable.
+    public func flush() {}
+
+    // MARK: Queries
+
+    /// Events of the ring, newest last, filtered by run, placement and event name.
+    ///
+    /// With `since`, the OLDEST `limit` matching events whose seq is greater than `since` (so a
+    /// client can page forward or resume a stream); without it, the NEWEST `limit` matching events.
+    public func events(since: UInt64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
+                       name: String? = nil) -> [Envelope] {
+        let limit = max(0, limit)
+        guard limit > 0 else { return [] }
+        func matches(_ e: Envelope) -> Bool {
+            (run == nil || e.run == run) && (placement == nil || e.placement == placement)
+                && (name == nil || e.name.rawValue == name)
+        }
+        return state.withLock { state in
+            var out: [Envelope] = []
+            if let since {
+                state.ring.forEach { e in
+                    guard e.seq > since, out.count < limit, matches(e) else { return out.count < limit }
+                    out.append(e)
+                    return out.count < limit
+                }
+                return out
+            }
+            state.ring.forEachReversed { e in
+                if matches(e) { out.append(e) }
+                return out.count < limit
+            }
+            return out.reversed()
+        }
+    }
+
+    /// The seq of the newest event held, nil when empty.
+    public var latestSeq: UInt64? { state.withLock { $0.ring.last?.seq } }
+
+    /// Envelopes in the ring now.
+    public var count: Int { state.withLock { $0.ring.count } }
+
+    /// Per-placement aggregates of `run`, or of every run merged when `run` is nil; sorted by
+    /// placement. Empty for an unknown run.
+    public func placements(run: String? = nil) -> [PlacementSummary] {
+        state.withLock { state in
+            if let run {
+                return state.runs[run].map { $0.placementSummaries() } ?? []
+            }
+            var merged: [String: PlacementAggregate] = [:]
+            for (_, aggregate) in state.runs {
+                for (placement, p) in aggregate.placements { merged[placement, default: PlacementAggregate()].merge(p) }
+            }
+            return merged.keys.sorted().compactMap { key in merged[key]?.summary(placement: key) }
+        }
+    }
+
+    /// Every run known, most recently active first.
+    public func runs() -> [RunSummary] {
+        state.withLock { state in
+            state.runs.map { $0.value.summary(id: $0.key) }.sorted {
+                $0.lastTs != $1.lastTs ? $0.lastTs > $1.lastTs : $0.id < $1.id
+            }
+        }
+    }
+
+    /// One run's summary, placements and event counts by name; nil for an unknown run.
+    public func run(_ id: String) -> RunDetail? {
+        state.withLock { state in
+            guard let aggregate = state.runs[id] else { return nil }
+            return RunDetail(summary: aggregate.summary(id: id), placements: aggregate.placementSummaries(),
+                             eventsByName: aggregate.names)
+        }
+    }
+
+    // MARK: Live stream
+
+    /// Calls `handler` with each batch after it is stored (on the sink's drain thread; keep it
+    /// short, e.g. hand the batch to the SSE connections). Returns a token for `unsubscribe`.
+    public func subscribe(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> SubscriptionToken {
+        subscribers.withLock { s in
+            s.next += 1
+            s.handlers[s.next] = handler
+            return SubscriptionToken(id: s.next)
+        }
+    }
+
+    /// Stops calling the handler of `token`. After it returns, the handler is not called again
+    /// except for a batch already being delivered.
+    public func unsubscribe(_ token: SubscriptionToken) {
+        _ = subscribers.withLock { $0.handlers.removeValue(forKey: token.id) }
+    }
+
+    /// Live subscriptions.
+    public var subscriberCount: Int { subscribers.withLock { $0.handlers.count } }
+}
+
+/// Identifies a subscription of `MemorySink.subscribe`.
+public struct SubscriptionToken: Hashable, Sendable {
+    /// The subscription's number.
+    public let id: UInt64
+}
+
+/// How a run was produced, guessed from its id: `live` or `live:...` is live, `sim:...` or
+/// `simulation:...` is a simulation, anything else (`test:...`, a bare test name) is a test.
+public enum RunKind: String, Sendable, Hashable {
+    case live, test, simulation
+
+    /// The kind of run `id`.
+    public init(runID id: String) {
+        if id == "live" || id.hasPrefix("live:") { self = .live }
+        else if id.hasPrefix("sim:") || id.hasPrefix("simulation:") { self = .simulation }
+        else { self = .test }
+    }
+}
+
+/// A run as `GET /api/runs` lists it.
+public struct RunSummary: Sendable, Hashable {
+    /// The run id (`live`, a test name, a simulation id).
+    public var id: String
+    /// Live, test or simulation (by the id's prefix, see `RunKind`).
+    public var kind: RunKind
+    /// Wall-clock time of its first and last event, seconds since 1970.
+    public var firstTs: Double
+    public var lastTs: Double
+    /// Events seen (including ones no longer in the ring).
+    public var events: Int
+    /// fetch.end events seen.
+    public var fetches: Int
+    /// fetch.end events carrying an errorCode, plus placements reported failed by preload.end.
+    public var errors: Int
+
+    /// The JSON object of `/api/runs`: `{"id","kind","firstTs","lastTs","events","fetches","errors"}`
+    /// with timestamps as ISO 8601 strings.
+    public var jsonValue: JSONValue {
+        ["id": .string(id), "kind": .string(kind.rawValue), "firstTs": .string(ISO8601.format(firstTs)),
+         "lastTs": .string(ISO8601.format(lastTs)), "events": .number(Double(events)),
+         "fetches": .number(Double(fetches)), "errors": .number(Double(errors))]
+    }
+}
+
+/// One run in detail, as `GET /api/runs/{id}` answers.
+public struct RunDetail: Sendable, Hashable {
+    /// The run's summary.
+    public var summary: RunSummary
+    /// Its placements, sorted by placement.
+    public var placements: [PlacementSummary]
+    /// Events seen by name.
+    public var eventsByName: [String: Int]
+
+    /// `{"run": <RunSummary>, "placements": [<PlacementSummary>], "eventsByName": {"fetch.end": 3}}`.
+    public var jsonValue: JSONValue {
+        ["run": summary.jsonValue, "placements": .array(placements.map(\.jsonValue)),
+         "eventsByName": .object(eventsByName.mapValues { .number(Double($0)) })]
+    }
+}
+
+/// The last preload failure of a placement.
+public struct PreloadError: Sendable, Hashable {
+    /// The error code as preload.end reported it (a number or a string).
+    public var code: JSONValue
+    /// Wall-clock time of the preload.end event.
+    public var ts: Double
+    /// Seq of the preload.end event.
+    public var seq: UInt64
+
+    /// Creates a preload error record.
+    public init(code: JSONValue, ts: Double, seq: UInt64) { self.code = code; self.ts = ts; self.seq = seq }
+}
+
+/// Aggregates of one placement, as `GET /api/placements` lists them.
+public struct PlacementSummary: Sendable, Hashable {
+    /// The placement id (`_other` for placements past the limit).
+    public var placement: String
+    /// fetch.end events.
+    public var fetches: Int
+    /// Successful fetch.end events by source (`network`, `cache`, `defaultAudience`, `fallbackFile`).
+    public var sources: [String: Int]
+    /// fetch.end events carrying an errorCode.
+    public var errors: Int
+    /// fetch.end events with targetingLost true.
+    public var targetingLost: Int
+    /// timeout events.
+    public var timeouts: Int
+    /// Median and 95th percentile (nearest rank) of the kept fetch.end durations, seconds.
+    public var p50: Double?
+    public var p95: Double?
+    /// Durations the percentiles are computed from (at most the sink's `durationSamples`).
+    public var samples: Int
+    /// The last failure reported for this placement by preload.end's `failed` map.
+    public var lastPreloadError: PreloadError?
+
+    /// `{"placement","fetches","sources":{...},"errors","targetingLost","timeouts",
+    /// "duration":{"p50","p95","samples"},"lastPreloadError":{"code","ts","seq"}|null}`;
+    /// p50/p95 are null without samples.
+    public var jsonValue: JSONValue {
+        ["placement": .string(placement), "fetches": .number(Double(fetches)),
+         "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
+         "targetingLost": .number(Double(targetingLost)), "timeouts": .number(Double(timeouts)),
+         "duration": ["p50": p50.map(JSONValue.number) ?? .null, "p95": p95.map(JSONValue.number) ?? .null,
+                      "samples": .number(Double(samples))],
+         "lastPreloadError": lastPreloadError.map {
+             ["code": $0.code, "ts": .string(ISO8601.format($0.ts)), "seq": .number(Double($0.seq))]
+         } ?? .null]
+    }
+}
+
+/// JSON bodies for the dashboard API, built from `MemorySink` query results.
+public enum MemoryJSON {
+    /// `GET /api/events`: `{"events":[<envelope>...],"latestSeq":N|null}` as compact text
+    /// (envelopes as in events-and-metrics.md, oldest first).
+    public static func events(_ envelopes: [Envelope], latestSeq: UInt64?) -> String {
+        var out = "{\"events\":["
+        out.reserveCapacity(64 + envelopes.count * 256)
+        for (i, envelope) in envelopes.enumerated() {
+            if i > 0 { out += "," }
+            envelope.appendJSON(to: &out)
+        }
+        out += "],\"latestSeq\":"
+        out += latestSeq.map { String($0) } ?? "null"
+        out += "}"
+        return out
+    }
+
+    /// `GET /api/placements?run=`: `{"run":"live"|null,"placements":[<PlacementSummary>...]}`.
+    public static func placements(_ placements: [PlacementSummary], run: String?) -> JSONValue {
+        ["run": run.map(JSONValue.string) ?? .null, "placements": .array(placements.map(\.jsonValue))]
+    }
+
+    /// `GET /api/runs`: `{"runs":[<RunSummary>...]}`.
+    public static func runs(_ runs: [RunSummary]) -> JSONValue {
+        ["runs": .array(runs.map(\.jsonValue))]
+    }
+}
+
+// MARK: - State
+
+private struct Limits {
+    var capacity: Int
+    var durationSamples: Int
+    var maxRuns: Int
+    var maxPlacements: Int
+}
+
+private struct Subscribers {
+    var next: UInt64 = 0
+    var handlers: [UInt64: @Sendable ([Envelope]) -> Void] = [:]
+}
+
+private struct MemoryState: ~Copyable {
+    var ring = Ring()
+    var runs: [String: RunAggregate] = [:]
+
+    mutating func add(_ e: Envelope, limits: Limits) {
+        ring.append(e, capacity: limits.capacity)
+        if runs[e.run] == nil {
+            if runs.count >= limits.maxRuns, let oldest = runs.filter({ $0.key != "live" }).min(by: { $0.value.lastTs < $1.value.lastTs })?.key {
+                runs.removeValue(forKey: oldest)
+            }
+            runs[e.run] = RunAggregate(firstTs: e.ts)
+        }
+        runs[e.run]?.add(e, limits: limits)
+    }
+}
+
+/// A ring that grows up to its capacity, then overwrites its oldest element.
+private struct Ring {
+    private var storage: [Envelope] = []
+    private var head = 0
+
+    var count: Int { storage.count }
+    var last: Envelope? { storage.isEmpty ? nil : storage[(head + storage.count - 1) % storage.count] }
+
+    mutating func append(_ e: Envelope, capacity: Int) {
+        if storage.count < capacity { storage.append(e); return }
+        storage[head] = e
+        head = (head + 1) % storage.count
+    }
+
+    /// Oldest first, while `body` returns true.
+    func forEach(_ body: (Envelope) -> Bool) {
+        for i in 0..<storage.count where !body(storage[(head + i) % storage.count]) { return }
+    }
+
+    /// Newest first, while `body` returns true.
+    func forEachReversed(_ body: (Envelope) -> Bool) {
+        for i in stride(from: storage.count - 1, through: 0, by: -1) where !body(storage[(head + i) % storage.count]) { return }
+    }
+}
+
+private struct RunAggregate {
+    var firstTs: Double
+    var lastTs = 0.0
+    var events = 0
+    var fetches = 0
+    var errors = 0
+    var names: [String: Int] = [:]
+    var placements: [String: PlacementAggregate] = [:]
+
+    init(firstTs: Double) { self.firstTs = firstTs; self.lastTs = firstTs }
+
+    mutating func add(_ e: Envelope, limits: Limits) {
+        events += 1
+        firstTs = min(firstTs, e.ts)
+        lastTs = max(lastTs, e.ts)
+        names[e.name.rawValue, default: 0] += 1
+        switch e.name {
+        case .fetchEnd:
+            fetches += 1
+            let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
+            if failed { errors += 1 }
+            let key = placementKey(e.placement ?? "_none", limits: limits)
+            placements[key, default: PlacementAggregate()].addFetch(e, failed: failed, samples: limits.durationSamples)
+        case .timeout:
+            let key = placementKey(e.placement ?? "_none", limits: limits)
+            placements[key, default: PlacementAggregate()].timeouts += 1
+        case .preloadEnd:
+            guard let failed = e.attrs["failed"]?.objectValue else { break }
+            for placement in failed.keys.sorted() {
+                errors += 1
+                let key = placementKey(placement, limits: limits)
+                placements[key, default: PlacementAggregate()].lastPreloadError =
+                    PreloadError(code: failed[placement] ?? .null, ts: e.ts, seq: e.seq)
+            }
+        default:
+            break
+        }
+    }
+
+    func placementKey(_ placement: String, limits: Limits) -> String {
+        placements[placement] != nil || placements.count < limits.maxPlacements ? placement : "_other"
+    }
+
+    func summary(id: String) -> RunSummary {
+        RunSummary(id: id, kind: RunKind(runID: id), firstTs: firstTs, lastTs: lastTs, events: events, fetches: fetches,
+                   errors: errors)
+    }
+
+    func placementSummaries() -> [PlacementSummary] {
+        placements.keys.sorted().compactMap { key in placements[key]?.summary(placement: key) }
+    }
+}
+
+private struct PlacementAggregate {
+    var fetches = 0
+    var sources: [String: Int] = [:]
+    var errors = 0
+    var targetingLost = 0
+    var timeouts = 0
+    /// The last `samples` durations, as a ring.
+    var durations: [Double] = []
+    var durationHead = 0
+    var lastPreloadError: PreloadError?
+
+    mutating func addFetch(_ e: Envelope, failed: Bool, samples: Int) {
+        fetches += 1
+        if failed {
+            errors += 1
+        } else if let source = e.attrs["source"]?.stringValue {
+            let key = sources[source] != nil || sources.count < 16 ? source : "_other"
+            sources[key, default: 0] += 1
+        }
+        if e.attrs["targetingLost"]?.boolValue == true { targetingLost += 1 }
+        if let duration = e.attrs["duration"]?.numberValue, duration.isFinite {
+            if durations.count < samples {
+                durations.append(duration)
+            } else {
+                durations[durationHead] = duration
+                durationHead = (durationHead + 1) % durations.count
+            }
+        }
+    }
+
+    mutating func merge(_ other: PlacementAggregate) {
+        fetches += other.fetches
+        for (k, v) in other.sources { sources[k, default: 0] += v }
+        errors += other.errors
+        targetingLost += other.targetingLost
+        timeouts += other.timeouts
+        durations += other.durations
+        if let o = other.lastPreloadError, o.seq > (lastPreloadError?.seq ?? 0) { lastPreloadError = o }
+    }
+
+    func summary(placement: String) -> PlacementSummary {
+        let sorted = durations.sorted()
+        func rank(_ q: Double) -> Double? {
+            guard !sorted.isEmpty else { return nil }
+            // Nearest rank: the smallest value with at least q of the samples at or below it.
+            let index = Int((q * Double(sorted.count)).rounded(.up)) - 1
+            return sorted[min(max(index, 0), sorted.count - 1)]
+        }
+        return PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors,
+                                targetingLost: targetingLost, timeouts: timeouts, p50: rank(0.5), p95: rank(0.95),
+                                samples: sorted.count, lastPreloadError: lastPreloadError)
+    }
+}

@@ -1,1 +1,197 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import Foundation
+import MemorySink
+import Synchronization
 import Testing
+
+
+func envelope(_ seq: UInt64, _ name: EventName, run: String = "live", placement: String? = "main_paywall",
+              ts: Double? = nil, attrs: [String: JSONValue] = [:]) -> Envelope {
+    Envelope(seq: seq, ts: ts ?? 1_700_000_000 + Double(seq), t: Double(seq), run: run,
+             trace: TraceID(high: 1, low: seq), span: SpanID(raw: seq + 1), name: name, placement: placement, attrs: attrs)
+}
+
+func fetchEnd(_ seq: UInt64, run: String = "live", placement: String = "main_paywall", source: String? = "network",
+              duration: Double, targetingLost: Bool = false, errorCode: Int? = nil) -> Envelope {
+    var attrs: [String: JSONValue] = ["call": "getFlow", "duration": .number(duration), "targetingLost": .bool(targetingLost)]
+    if let source { attrs["source"] = .string(source) }
+    if let errorCode { attrs["errorCode"] = .number(Double(errorCode)) }
+    return envelope(seq, .fetchEnd, run: run, placement: placement, attrs: attrs)
+}
+
+@Suite("MemorySink")
+struct MemorySinkTests {
+    @Test("the ring keeps the newest events and queries filter, page and return newest last")
+    func eventQueries() {
+        let sink = MemorySink(capacity: 5)
+        sink.consume((1...8).map { envelope($0, $0 % 2 == 0 ? .fetchStart : .cacheHit, run: $0 < 7 ? "live" : "test:a") })
+        #expect(sink.count == 5)
+        #expect(sink.events(limit: 100).map(\.seq) == [4, 5, 6, 7, 8])
+        #expect(sink.events(limit: 2).map(\.seq) == [7, 8])
+        #expect(sink.events(since: 4, limit: 2).map(\.seq) == [5, 6])
+        #expect(sink.events(since: 8, limit: 10).isEmpty)
+        #expect(sink.events(limit: 10, run: "test:a").map(\.seq) == [7, 8])
+        #expect(sink.events(limit: 10, name: "fetch.start").map(\.seq) == [4, 6, 8])
+        #expect(sink.events(limit: 10, placement: "other").isEmpty)
+        #expect(sink.latestSeq == 8)
+    }
+
+    @Test("placement aggregates: counts by source, errors, timeouts, targeting lost and nearest-rank p50/p95")
+    func placementAggregates() {
+        let sink = MemorySink()
+        var batch: [Envelope] = []
+        // Durations 0.01 ... 1.00 in a shuffled order: p50 = 0.50, p95 = 0.95 (nearest rank).
+        var durations = (1...100).map { Double($0) / 100 }
+        durations.shuffle()
+        for (i, d) in durations.enumerated() {
+            let source = ["network", "cache", "defaultAudience", "fallbackFile"][i % 4]
+            batch.append(fetchEnd(UInt64(i + 1), source: source, duration: d, targetingLost: source == "defaultAudience"))
+        }
+        batch.append(fetchEnd(101, source: nil, duration: 4.5, errorCode: 2005))
+        batch.append(envelope(102, .timeout, attrs: ["stage": "targeted", "budget": 4.5, "elapsed": 4.5]))
+        batch.append(envelope(103, .timeout, attrs: ["stage": "default", "budget": 4.5, "elapsed": 4.5]))
+        batch.append(fetchEnd(104, placement: "onboarding", duration: 0.2))
+        sink.consume(batch)
+        let placements = sink.placements(run: "live")
+        #expect(placements.map(\.placement) == ["main_paywall", "onboarding"])
+        let main = placements[0]
+        #expect(main.fetches == 101)
+        #expect(main.sources == ["network": 25, "cache": 25, "defaultAudience": 25, "fallbackFile": 25])
+        #expect(main.errors == 1)
+        #expect(main.timeouts == 2)
+        #expect(main.targetingLost == 25)
+        #expect(main.samples == 101)
+        // With 4.5 added: 101 samples; rank ceil(50.5)=51 -> 0.51, ceil(95.95)=96 -> 0.96.
+        #expect(main.p50 == 0.51)
+        #expect(main.p95 == 0.96)
+        #expect(placements[1].p50 == 0.2 && placements[1].p95 == 0.2)
+        #expect(sink.placements(run: "nope").isEmpty)
+    }
+
+    @Test("the duration reservoir keeps only the last N durations per placement")
+    func durationReservoir() {
+        let sink = MemorySink(durationSamples: 10)
+        sink.consume((1...30).map { fetchEnd(UInt64($0), duration: Double($0)) })
+        let main = sink.placements(run: "live")[0]
+        #expect(main.samples == 10 && main.fetches == 30)
+        #expect(main.p50 == 25 && main.p95 == 30)
+    }
+
+    @Test("the last preload error per placement comes from preload.end failed")
+    func preloadErrors() {
+        let sink = MemorySink()
+        sink.consume([
+            envelope(1, .preloadEnd, placement: nil, ts: 100, attrs: ["succeeded": 1, "failed": ["a": 2005, "b": 2002]]),
+            envelope(2, .preloadEnd, placement: nil, ts: 200, attrs: ["succeeded": 1, "failed": ["a": 2003]]),
+            envelope(3, .preloadEnd, placement: nil, ts: 300, attrs: ["succeeded": 2, "failed": [:]]),
+        ])
+        let byPlacement = Dictionary(uniqueKeysWithValues: sink.placements(run: "live").map { ($0.placement, $0) })
+        #expect(byPlacement["a"]?.lastPreloadError == PreloadError(code: 2003, ts: 200, seq: 2))
+        #expect(byPlacement["b"]?.lastPreloadError == PreloadError(code: 2002, ts: 100, seq: 1))
+        #expect(sink.runs().first?.errors == 3)
+    }
+
+    @Test("runs: kinds by prefix, first/last ts, counts, most recently active first; all-runs merge")
+    func runs() {
+        let sink = MemorySink()
+        sink.consume([
+            fetchEnd(1, run: "live", duration: 0.1),
+            envelope(2, .fetchStart, run: "sim:7", ts: 1_800_000_000),
+            fetchEnd(3, run: "test:checkout", duration: 0.3, errorCode: 2005),
+            fetchEnd(4, run: "live", duration: 0.5),
+        ])
+        let runs = sink.runs()
+        #expect(runs.map(\.id) == ["sim:7", "live", "test:checkout"])
+        #expect(runs.map(\.kind) == [.simulation, .live, .test])
+        let live = runs[1]
+        #expect(live.events == 2 && live.fetches == 2 && live.errors == 0)
+        #expect(live.firstTs == 1_700_000_001 && live.lastTs == 1_700_000_004)
+        #expect(runs[2].errors == 1)
+        #expect(RunKind(runID: "some test name") == .test && RunKind(runID: "simulation:x") == .simulation)
+        let all = sink.placements()
+        #expect(all.count == 1 && all[0].fetches == 3 && all[0].errors == 1 && all[0].samples == 3)
+        let detail = sink.run("live")
+        #expect(detail?.eventsByName == ["fetch.end": 2])
+        #expect(sink.run("nope") == nil)
+    }
+
+    @Test("runs and placements are bounded")
+    func bounds() {
+        let sink = MemorySink(maxRuns: 3, maxPlacements: 2)
+        sink.consume([fetchEnd(1, run: "live", duration: 1)] + (2...6).map { fetchEnd(UInt64($0), run: "test:\($0)", duration: 1) })
+        #expect(Set(sink.runs().map(\.id)) == ["live", "test:5", "test:6"])
+        sink.consume((7...10).map { fetchEnd(UInt64($0), placement: "p\($0)", duration: 1) })
+        #expect(sink.placements(run: "live").map(\.placement) == ["_other", "main_paywall", "p7"])
+    }
+
+    @Test("JSON shapes of the API bodies")
+    func jsonShapes() throws {
+        let sink = MemorySink()
+        sink.consume([fetchEnd(1, duration: 0.25), envelope(2, .preloadEnd, placement: nil, ts: 0, attrs: ["failed": ["x": 2005]])])
+        let events = MemoryJSON.events(sink.events(), latestSeq: sink.latestSeq)
+        let parsed = try JSONSerialization.jsonObject(with: Data(events.utf8)) as? [String: Any]
+        #expect((parsed?["events"] as? [Any])?.count == 2)
+        #expect(parsed?["latestSeq"] as? Int == 2)
+        let placements = MemoryJSON.placements(sink.placements(run: "live"), run: "live")
+        #expect(placements["run"] == "live")
+        let first = placements["placements"]?.arrayValue?.first
+        #expect(first?["placement"] == "main_paywall")
+        #expect(first?["sources"] == ["network": 1])
+        #expect(first?["duration"] == ["p50": 0.25, "p95": 0.25, "samples": 1])
+        #expect(first?["lastPreloadError"] == .null)
+        let x = placements["placements"]?.arrayValue?.last
+        #expect(x?["lastPreloadError"] == ["code": 2005, "ts": "1970-01-01T00:00:00.000000Z", "seq": 2])
+        let runs = MemoryJSON.runs(sink.runs())
+        #expect(runs["runs"]?.arrayValue?.first?.objectValue?.keys.sorted() == ["errors", "events", "fetches", "firstTs", "id", "kind", "lastTs"])
+        #expect(sink.run("live")?.jsonValue["eventsByName"] == ["fetch.end": 1, "preload.end": 1])
+    }
+
+    @Test("subscribers get each consumed batch until they unsubscribe")
+    func subscriptions() {
+        let sink = MemorySink()
+        let seen = Mutex<[UInt64]>([])
+        let token = sink.subscribe { batch in seen.withLock { $0 += batch.map(\.seq) } }
+        sink.consume([envelope(1, .cacheMiss), envelope(2, .cacheMiss)])
+        sink.unsubscribe(token)
+        sink.consume([envelope(3, .cacheMiss)])
+        #expect(seen.withLock { $0 } == [1, 2])
+        #expect(sink.subscriberCount == 0)
+    }
+
+    @Test("reads from other threads while a pipeline feeds the sink")
+    func concurrentReads() async {
+        let sink = MemorySink(capacity: 1000)
+        let pipeline = EventPipeline(sinks: [sink])
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for i in 0..<20_000 {
+                    pipeline.receive(EngineEvent(name: .fetchEnd, t: Double(i), placement: "p\(i % 5)", trace: TraceID(high: 1, low: 1),
+                                                 span: SpanID(raw: 1), attrs: ["source": "cache", "duration": 0.1]))
+                }
+            }
+            group.addTask {
+                for _ in 0..<200 {
+                    let events = sink.events(limit: 50)
+                    #expect(zip(events, events.dropFirst()).allSatisfy { $0.seq < $1.seq })
+                    _ = sink.placements(run: "live"); _ = sink.runs()
+                }
+            }
+        }
+        pipeline.shutdown()
+        #expect(sink.runs().first { $0.id == "live" }?.fetches == 20_000)
+        #expect(sink.count == 1000)
+    }
+
+    @Test("config options are read and checked")
+    func config() throws {
+        var registry = SinkRegistry()
+        MemorySink.register(in: &registry)
+        let sink = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 7], path: "$.sinks[0]"))
+        #expect((sink as? MemorySink)?.capacity == 7)
+        #expect(throws: JSONInputError(path: "$.sinks[0].capacity", message: "expected an integer in 1...10000000, got a number 0")) {
+            _ = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 0], path: "$.sinks[0]"))
+        }
+    }
+}

@@ -1,1 +1,443 @@
+import CSQLite
 import FlowEvents
+import FlowFetch
+import FlowJSON
+import Foundation
+import Synchronization
+
+/// A run as the store knows it: how many events it has and when the first and last happened.
+public struct SQLiteRunSummary: Sendable, Equatable {
+    /// The run (`live`, a test name, a simulation id).
+    public var run: String
+    /// Events stored for it.
+    public var count: Int
+    /// Wall-clock time of its oldest stored event, seconds since 1970.
+    public var firstTs: Double
+    /// Wall-clock time of its newest stored event, seconds since 1970.
+    public var lastTs: Double
+
+    /// A summary with the given values.
+    public init(run: String, count: Int, firstTs: Double, lastTs: Double) {
+        self.run = run; self.count = count; self.firstTs = firstTs; self.lastTs = lastTs
+    }
+}
+
+/// The `sqlite` sink: an event store in one SQLite file, with retention and the dashboard's queries.
+///
+/// Writes go through one connection in WAL mode with `synchronous=NORMAL`; each consumed batch is
+/// one transaction with a prepared, reused INSERT. Queries use a second connection, so they read
+/// the last committed state without waiting for a batch being written.
+///
+/// ```swift
+/// let store = try SQLiteSink(options: .init(path: ".flowscope/events.db", retention: 7 * 86_400))
+/// store.consume(batch)
+/// let recent = try store.events(limit: 50, placement: "main_paywall")
+/// ```
+public final class SQLiteSink: EventSink {
+    /// The sink's options (`sinks[i]` in the config with `"type": "sqlite"`).
+    public struct Options: Sendable, Equatable {
+        /// The database file; its parent directories are created.
+        public var path: String
+        /// Events whose `ts` is older than this many seconds are deleted; nil keeps everything.
+        public var retention: Double?
+        /// Most rows per transaction: larger consumed batches are split.
+        public var batchSize: Int
+        /// Least time between two retention passes, seconds.
+        public var retentionInterval: Double
+        /// Most seconds a write waits for another process holding the file's write lock; past it
+        /// the batch fails (counted in `failedCount`).
+        public var busyTimeout: Double
+
+        /// Options with the given values.
+        public init(path: String, retention: Double? = nil, batchSize: Int = 1000, retentionInterval: Double = 60,
+                    busyTimeout: Double = 5) {
+            self.path = path; self.retention = retention; self.batchSize = batchSize; self.retentionInterval = retentionInterval
+            self.busyTimeout = busyTimeout
+        }
+
+        /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[1]`):
+        /// `path` (string, required), `retention` (seconds), `batchSize`, `retentionInterval`,
+        /// `busyTimeout` (seconds).
+        /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
+        /// error naming its JSON path.
+        public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
+            let object = JSONObjectCursor(path: path, members: json)
+            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval", "busyTimeout"])
+            let file = try object.required("path")
+            guard let filePath = file.value.stringValue, !filePath.isEmpty else {
+                throw file.expected("the database file path as a non-empty string")
+            }
+            self.init(path: filePath)
+            if let value = object.optional("retention"), !value.isNull {
+                guard let seconds = value.value.numberValue, seconds > 0, seconds.isFinite else {
+                    throw value.expected("a positive number of seconds")
+                }
+                retention = seconds
+            }
+            if let value = object.optional("batchSize") {
+                guard let n = value.value.intValue, n > 0 else {
+                    throw value.expected("a positive integer")
+                }
+                batchSize = n
+            }
+            if let value = object.optional("retentionInterval") {
+                guard let seconds = value.value.numberValue, seconds >= 0, seconds.isFinite else {
+                    throw value.expected("a number of seconds >= 0")
+                }
+                retentionInterval = seconds
+            }
+            if let value = object.optional("busyTimeout") {
+                guard let seconds = value.value.numberValue, seconds >= 0, seconds <= 3600 else {
+                    throw value.expected("a number of seconds from 0 to 3600")
+                }
+                busyTimeout = seconds
+            }
+        }
+    }
+
+    /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
+    public static let schemaVersion: Int64 = 1
+
+    /// `sqlite`.
+    public let name = "sqlite"
+    /// The options the sink was opened with.
+    public let options: Options
+    /// The database file.
+    public var path: String { options.path }
+
+    private struct Writer {
+        let connection: Connection
+        let insert: Statement
+        let deleteOlder: Statement
+        var lastRetention: Double = -.infinity
+    }
+
+    private struct Counters {
+        var stored = 0
+        var failed = 0
+        var deleted = 0
+        var lastError: SQLiteSinkError?
+    }
+
+    private let writer: Mutex<Writer>
+    private let reader: Mutex<Connection>
+    private let counters = Mutex(Counters())
+    private let now: @Sendable () -> Double
+
+    /// Opens (creating if needed) the store at `options.path`.
+    ///
+    /// - Parameter now: the wall clock used for retention, seconds since 1970 (tests pass their own).
+    /// - Throws: `SQLiteSinkError` naming the path when the file is not SQLite, was written by a
+    ///   newer flowscope (unknown schema version), or cannot be created.
+    public init(options: Options, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(SQLiteSinkError) {
+        self.options = options
+        self.now = now
+        let path = options.path
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty {
+            do {
+                try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+            } catch {
+                throw SQLiteSinkError(path: path, message: "cannot create the directory \(parent): \(error.localizedDescription)")
+            }
+        }
+        let connection = try Connection(path: path, busyTimeout: options.busyTimeout)
+        try Self.migrate(connection)
+        let mode = try connection.textPragma("PRAGMA journal_mode=WAL")
+        guard mode.lowercased() == "wal" else {
+            throw SQLiteSinkError(path: path, message: "cannot switch to WAL journal mode (got \(mode))")
+        }
+        try connection.exec("PRAGMA synchronous=NORMAL")
+        let insert = try connection.prepare(
+            "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+        let deleteOlder = try connection.prepare("DELETE FROM events WHERE ts < ?1")
+        writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder))
+        reader = Mutex(try Connection(path: path, busyTimeout: options.busyTimeout))
+    }
+
+    /// Opens the store at `path` with default options.
+    public convenience init(path: String, retention: Double? = nil) throws(SQLiteSinkError) {
+        try self.init(options: Options(path: path, retention: retention))
+    }
+
+    /// Creates the schema in a new file, or checks the version of an existing one.
+    private static func migrate(_ db: Connection) throws(SQLiteSinkError) {
+        let version = try db.intPragma("user_version")
+        if version > schemaVersion {
+            throw SQLiteSinkError(path: db.path, message:
+                "schema version \(version) is newer than this flowscope supports (\(schemaVersion)); use a newer flowscope or another path")
+        }
+        if version == schemaVersion { return }
+        if version < 0 {
+            throw SQLiteSinkError(path: db.path, message: "unknown schema version \(version) (expected \(schemaVersion))")
+        }
+        // Version 0: a new, empty file. Refuse to add our tables to somebody else's database.
+        let stmt = try db.prepare("SELECT count(*) FROM sqlite_master")
+        if sqlite3_step(stmt.raw) == SQLITE_ROW, stmt.int64(0) > 0 {
+            throw SQLiteSinkError(path: db.path, message:
+                "an SQLite database that is not a flowscope event store (no schema version); expected a new file or a store written by flowscope")
+        }
+        try db.exec("""
+            BEGIN;
+            CREATE TABLE events (
+                id INTEGER PRIMARY KEY,
+                seq INTEGER NOT NULL,
+                ts REAL NOT NULL,
+                t REAL NOT NULL,
+                run TEXT NOT NULL,
+                trace TEXT NOT NULL,
+                span TEXT NOT NULL,
+                name TEXT NOT NULL,
+                placement TEXT,
+                attrs TEXT NOT NULL
+            );
+            CREATE INDEX events_seq ON events (seq);
+            CREATE INDEX events_run_seq ON events (run, seq);
+            CREATE INDEX events_placement_seq ON events (placement, seq);
+            CREATE INDEX events_name_seq ON events (name, seq);
+            CREATE INDEX events_ts ON events (ts);
+            PRAGMA user_version = \(schemaVersion);
+            COMMIT;
+            """)
+    }
+
+    // MARK: - Writing
+
+    /// Stores the batch: one transaction per `batchSize` rows, then a retention pass when one is due.
+    /// A failed transaction is rolled back; its rows are counted in `failedCount` and the error is
+    /// kept in `lastError` (consume never throws into the pipeline).
+    public func consume(_ batch: [Envelope]) {
+        guard !batch.isEmpty else { return }
+        let step = max(1, options.batchSize)
+        var stored = 0, failed = 0, deleted = 0
+        var lastError: SQLiteSinkError?
+        writer.withLock { w in
+            var start = 0
+            while start < batch.count {
+                let end = min(batch.count, start + step)
+                do throws(SQLiteSinkError) {
+                    try Self.insert(batch[start..<end], with: w)
+                    stored += end - start
+                } catch {
+                    failed += end - start
+                    lastError = error
+                }
+                start = end
+            }
+            if let retention = options.retention {
+                let current = now()
+                if current - w.lastRetention >= options.retentionInterval {
+                    w.lastRetention = current
+                    do throws(SQLiteSinkError) { deleted += try Self.deleteOlder(than: current - retention, with: w) } catch { lastError = error }
+                }
+            }
+        }
+        counters.withLock { c in
+            c.stored += stored; c.failed += failed; c.deleted += deleted
+            if let lastError { c.lastError = lastError }
+        }
+    }
+
+    private static func insert(_ rows: ArraySlice<Envelope>, with w: Writer) throws(SQLiteSinkError) {
+        let db = w.connection
+        try db.exec("BEGIN")
+        let stmt = w.insert
+        var attrs = ""
+        for e in rows {
+            stmt.reset()
+            stmt.bind(1, Int64(bitPattern: e.seq))
+            stmt.bind(2, e.ts)
+            stmt.bind(3, e.t)
+            stmt.bind(4, e.run)
+            stmt.bind(5, e.trace.hex)
+            stmt.bind(6, e.span.hex)
+            stmt.bind(7, e.name.rawValue)
+            stmt.bind(8, e.placement)
+            attrs.removeAll(keepingCapacity: true)
+            JSONWriter.write(.object(e.attrs), to: &attrs)
+            stmt.bind(9, attrs)
+            let rc = sqlite3_step(stmt.raw)
+            if rc != SQLITE_DONE {
+                let error = db.error("inserting event seq \(e.seq)", rc)
+                stmt.reset()
+                try? db.exec("ROLLBACK")
+                throw error
+            }
+        }
+        stmt.reset()
+        do { try db.exec("COMMIT") } catch {
+            try? db.exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    private static func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
+        let stmt = w.deleteOlder
+        stmt.reset()
+        stmt.bind(1, cutoff)
+        let rc = sqlite3_step(stmt.raw)
+        stmt.reset()
+        guard rc == SQLITE_DONE else { throw w.connection.error("deleting events older than the retention", rc) }
+        return Int(sqlite3_changes(w.connection.db))
+    }
+
+    /// Deletes the events older than the retention now, whatever the interval; returns how many.
+    /// Does nothing (returns 0) without a retention.
+    @discardableResult
+    public func applyRetention() throws(SQLiteSinkError) -> Int {
+        guard let retention = options.retention else { return 0 }
+        let current = now()
+        let deleted = try writer.withLock { (w: inout Writer) throws(SQLiteSinkError) -> Int in
+            w.lastRetention = current
+            return try Self.deleteOlder(than: current - retention, with: w)
+        }
+        counters.withLock { $0.deleted += deleted }
+        return deleted
+    }
+
+    /// Every consumed batch is already committed; this also checkpoints the WAL into the main file
+    /// (passively: it never waits for readers).
+    public func flush() {
+        writer.withLock { w in
+            if sqlite3_get_autocommit(w.connection.db) == 0 { try? w.connection.exec("COMMIT") }
+            sqlite3_wal_checkpoint_v2(w.connection.db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        }
+    }
+
+    /// Events stored so far by this sink.
+    public var storedCount: Int { counters.withLock { $0.stored } }
+    /// Events lost because their transaction failed (disk full, file removed, ...).
+    public var failedCount: Int { counters.withLock { $0.failed } }
+    /// Events deleted by retention.
+    public var deletedCount: Int { counters.withLock { $0.deleted } }
+    /// The last write error, if any.
+    public var lastError: SQLiteSinkError? { counters.withLock { $0.lastError } }
+
+    // MARK: - Queries (the dashboard API's shapes)
+
+    /// Stored events, newest last, filtered like `GET /api/events`.
+    ///
+    /// With `since`, the first `limit` events whose seq is greater (a client pages forward by
+    /// passing the last seq it saw); without it, the newest `limit` events. `seq` is per process,
+    /// so a store kept across restarts can hold the same seq twice; filter by `run` to tell them
+    /// apart. Rows that cannot be decoded (edited by hand) are skipped.
+    public func events(since: UInt64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
+                       name: String? = nil) throws(SQLiteSinkError) -> [Envelope] {
+        guard limit > 0 else { return [] }
+        var conditions: [String] = []
+        if since != nil { conditions.append("seq > ?1") }
+        if run != nil { conditions.append("run = ?2") }
+        if placement != nil { conditions.append("placement = ?3") }
+        if name != nil { conditions.append("name = ?4") }
+        let whereClause = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
+        let order = since != nil ? "ASC" : "DESC"
+        let sql = "SELECT seq, ts, t, run, trace, span, name, placement, attrs FROM events\(whereClause) ORDER BY seq \(order), id \(order) LIMIT ?5"
+        return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [Envelope] in
+            let stmt = try db.prepare(sql)
+            if let since { stmt.bind(1, Int64(bitPattern: since)) }
+            stmt.bind(2, run)
+            stmt.bind(3, placement)
+            stmt.bind(4, name)
+            stmt.bind(5, Int64(limit))
+            var out: [Envelope] = []
+            while true {
+                let rc = sqlite3_step(stmt.raw)
+                if rc == SQLITE_DONE { break }
+                guard rc == SQLITE_ROW else { throw db.error("querying events", rc) }
+                guard let runText = stmt.text(3), let trace = stmt.text(4).flatMap(TraceID.init(hex:)),
+                      let span = stmt.text(5).flatMap(SpanID.init(hex:)), let name = stmt.text(6).flatMap(EventName.init(rawValue:)),
+                      let attrs = stmt.text(8).flatMap(decodeAttrs) else { continue }
+                out.append(Envelope(seq: UInt64(bitPattern: stmt.int64(0)), ts: stmt.double(1), t: stmt.double(2), run: runText,
+                                    trace: trace, span: span, name: name, placement: stmt.text(7), attrs: attrs))
+            }
+            if since == nil { out.reverse() }
+            return out
+        }
+    }
+
+    /// The runs in the store with their event counts and first/last times, oldest run first.
+    public func runs() throws(SQLiteSinkError) -> [SQLiteRunSummary] {
+        try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [SQLiteRunSummary] in
+            let stmt = try db.prepare("SELECT run, count(*), min(ts), max(ts) FROM events GROUP BY run ORDER BY min(ts), run")
+            var out: [SQLiteRunSummary] = []
+            while true {
+                let rc = sqlite3_step(stmt.raw)
+                if rc == SQLITE_DONE { break }
+                guard rc == SQLITE_ROW else { throw db.error("querying runs", rc) }
+                out.append(SQLiteRunSummary(run: stmt.text(0) ?? "", count: Int(stmt.int64(1)), firstTs: stmt.double(2), lastTs: stmt.double(3)))
+            }
+            return out
+        }
+    }
+
+    /// How many events the store holds.
+    public func count() throws(SQLiteSinkError) -> Int {
+        try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> Int in
+            let stmt = try db.prepare("SELECT count(*) FROM events")
+            guard sqlite3_step(stmt.raw) == SQLITE_ROW else { throw db.error("counting events") }
+            return Int(stmt.int64(0))
+        }
+    }
+}
+
+/// The `sqlite.insert` benchmark's baseline: the same rows written with raw sqlite3 calls.
+public enum SQLiteBaseline {
+    /// Inserts `rows` into a fresh `events` table at `path` (same columns; the sink's indexes when
+    /// `indexed`) in one transaction with one prepared statement and SQLite's default settings
+    /// (rollback journal, `synchronous=FULL`). Attributes are encoded with the same JSON writer as
+    /// the sink, so the two do the same work apart from what the sink adds.
+    public static func insert(_ rows: [Envelope], path: String, indexed: Bool = true) throws(SQLiteSinkError) {
+        var handle: OpaquePointer?
+        guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else {
+            sqlite3_close(handle)
+            throw SQLiteSinkError(path: path, message: "cannot open SQLite database")
+        }
+        defer { sqlite3_close(db) }
+        func exec(_ sql: String) throws(SQLiteSinkError) {
+            guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+                throw SQLiteSinkError(path: path, message: String(cString: sqlite3_errmsg(db)))
+            }
+        }
+        try exec("""
+            CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, ts REAL NOT NULL, t REAL NOT NULL,
+                run TEXT NOT NULL, trace TEXT NOT NULL, span TEXT NOT NULL, name TEXT NOT NULL, placement TEXT, attrs TEXT NOT NULL)
+            """)
+        if indexed {
+            try exec("""
+                CREATE INDEX IF NOT EXISTS events_seq ON events (seq);
+                CREATE INDEX IF NOT EXISTS events_run_seq ON events (run, seq);
+                CREATE INDEX IF NOT EXISTS events_placement_seq ON events (placement, seq);
+                CREATE INDEX IF NOT EXISTS events_name_seq ON events (name, seq);
+                CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
+                """)
+        }
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(db, "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES (?,?,?,?,?,?,?,?,?)",
+                                 -1, &stmt, nil) == SQLITE_OK else {
+            throw SQLiteSinkError(path: path, message: String(cString: sqlite3_errmsg(db)))
+        }
+        defer { sqlite3_finalize(stmt) }
+        try exec("BEGIN")
+        var attrs = ""
+        for e in rows {
+            sqlite3_reset(stmt)
+            sqlite3_bind_int64(stmt, 1, Int64(bitPattern: e.seq))
+            sqlite3_bind_double(stmt, 2, e.ts)
+            sqlite3_bind_double(stmt, 3, e.t)
+            sqlite3_bind_text(stmt, 4, e.run, -1, sqliteTransient)
+            sqlite3_bind_text(stmt, 5, e.trace.hex, -1, sqliteTransient)
+            sqlite3_bind_text(stmt, 6, e.span.hex, -1, sqliteTransient)
+            sqlite3_bind_text(stmt, 7, e.name.rawValue, -1, sqliteTransient)
+            if let p = e.placement { sqlite3_bind_text(stmt, 8, p, -1, sqliteTransient) } else { sqlite3_bind_null(stmt, 8) }
+            attrs.removeAll(keepingCapacity: true)
+            JSONWriter.write(.object(e.attrs), to: &attrs)
+            sqlite3_bind_text(stmt, 9, attrs, -1, sqliteTransient)
+            guard sqlite3_step(stmt) == SQLITE_DONE else {
+                let message = String(cString: sqlite3_errmsg(db))
+                sqlite3_exec(db, "ROLLBACK", nil, nil, nil)
+                throw SQLiteSinkError(path: path, message: message)
+            }
+        }
+        try exec("COMMIT")
+    }
+}

@@ -1,0 +1,99 @@
+import FlowFetch
+import FlowJSON
+
+extension Envelope {
+    /// The fields an envelope object may have.
+    public static let jsonKeys: Set<String> = ["seq", "ts", "t", "run", "trace", "span", "name", "placement", "attrs"]
+
+    /// Reads an envelope object as `jsonLine` writes it (events-and-metrics.md), e.g. one line of
+    /// a trace file or one element of a `POST /api/ingest` body.
+    ///
+    /// Required: `ts` (ISO 8601 UTC string, or seconds since 1970), `t`, `run`, `trace`, `span`,
+    /// `name` (one of the spec's event names). Optional: `seq` (default 0; the pipeline renumbers
+    /// ingested events anyway), `placement` (string or null), `attrs` (object). Any other key is
+    /// an error. Errors name the path, e.g. `$[3].trace: expected 32 lowercase hex characters`.
+    public init(jsonValue value: JSONValue, path: String = "$") throws(JSONInputError) {
+        guard let object = value.objectValue else {
+            throw JSONInputError(path: path, message: "expected an event object, got \(Self.preview(value))")
+        }
+        for key in object.keys.sorted() where !Self.jsonKeys.contains(key) {
+            throw JSONInputError(path: "\(path).\(key)",
+                                 message: "unknown key (expected: \(Self.jsonKeys.sorted().joined(separator: ", ")))")
+        }
+        func required(_ key: String) throws(JSONInputError) -> JSONValue {
+            guard let v = object[key] else { throw JSONInputError(path: "\(path).\(key)", message: "required key is missing") }
+            return v
+        }
+        func string(_ key: String) throws(JSONInputError) -> String {
+            let v = try required(key)
+            guard let s = v.stringValue else { throw JSONInputError(path: "\(path).\(key)", message: "expected a string, got \(Self.preview(v))") }
+            return s
+        }
+        var seq: UInt64 = 0
+        if let v = object["seq"] {
+            guard let n = v.numberValue, n >= 0, n.rounded() == n, n < 9.007_199_254_740_992e15 else {
+                throw JSONInputError(path: "\(path).seq", message: "expected a non-negative integer, got \(Self.preview(v))")
+            }
+            seq = UInt64(n)
+        }
+        let tsValue = try required("ts")
+        let ts: Double
+        if let s = tsValue.stringValue, let parsed = ISO8601.parse(s) {
+            ts = parsed
+        } else if let n = tsValue.numberValue, n.isFinite {
+            ts = n
+        } else {
+            throw JSONInputError(path: "\(path).ts", message: "expected an ISO 8601 UTC time like \"2026-12-02T10:11:12.345678Z\", got \(Self.preview(tsValue))")
+        }
+        let tValue = try required("t")
+        guard let t = tValue.numberValue, t.isFinite else {
+            throw JSONInputError(path: "\(path).t", message: "expected a number of seconds, got \(Self.preview(tValue))")
+        }
+        let run = try string("run")
+        guard !run.isEmpty, run.utf8.count <= 256 else {
+            throw JSONInputError(path: "\(path).run", message: "expected a run name of 1 to 256 bytes")
+        }
+        // The spec's ids are lowercase: parse, then insist the text is exactly what we would write.
+        let traceText = try string("trace"), spanText = try string("span")
+        guard let trace = TraceID(hex: traceText), trace.hex == traceText else {
+            throw JSONInputError(path: "\(path).trace", message: "expected 32 lowercase hex characters, not all zero")
+        }
+        guard let span = SpanID(hex: spanText), span.hex == spanText else {
+            throw JSONInputError(path: "\(path).span", message: "expected 16 lowercase hex characters, not all zero")
+        }
+        let nameText = try string("name")
+        guard let name = EventName(rawValue: nameText) else {
+            throw JSONInputError(path: "\(path).name", message: "unknown event name \(JSONValue.string(nameText).jsonText)")
+        }
+        var placement: String?
+        switch object["placement"] {
+        case nil, .null?: placement = nil
+        case .string(let s)?: placement = s
+        case let other?: throw JSONInputError(path: "\(path).placement", message: "expected a string or null, got \(Self.preview(other))")
+        }
+        var attrs: [String: JSONValue] = [:]
+        if let v = object["attrs"] {
+            guard let o = v.objectValue else {
+                throw JSONInputError(path: "\(path).attrs", message: "expected an object, got \(Self.preview(v))")
+            }
+            attrs = o
+        }
+        self.init(seq: seq, ts: ts, t: t, run: run, trace: trace, span: span, name: name, placement: placement, attrs: attrs)
+    }
+
+    /// Reads a list of envelope objects (a `POST /api/ingest` JSON array); errors name `$[i]...`.
+    public static func decodeAll(_ value: JSONValue, path: String = "$") throws(JSONInputError) -> [Envelope] {
+        guard let items = value.arrayValue else {
+            throw JSONInputError(path: path, message: "expected an array of events, got \(preview(value))")
+        }
+        var out: [Envelope] = []
+        out.reserveCapacity(items.count)
+        for (i, item) in items.enumerated() { out.append(try Envelope(jsonValue: item, path: "\(path)[\(i)]")) }
+        return out
+    }
+
+    private static func preview(_ value: JSONValue) -> String {
+        let text = value.jsonText
+        return text.count > 60 ? String(text.prefix(57)) + "..." : text
+    }
+}

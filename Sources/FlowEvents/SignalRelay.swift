@@ -1,0 +1,54 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The write end of the self-pipe, read by the C signal handler (an atomic load and a write(2)
+/// are async-signal-safe).
+private let relayPipe = Atomic<Int32>(-1)
+
+/// Runs Swift closures when signals arrive: the C handler writes the signal number to a pipe and
+/// a dedicated thread reads it and runs the closures registered for that signal, in order.
+enum SignalRelay {
+    private static let handlers = Mutex<[Int32: [@Sendable () -> Void]]>([:])
+
+    /// Registers `action` for each of `signals` and installs the C handler for them.
+    static func install(_ signals: [Int32], _ action: @escaping @Sendable () -> Void) {
+        handlers.withLock { handlers in
+            for signalNumber in signals { handlers[signalNumber, default: []].append(action) }
+            guard relayPipe.load(ordering: .acquiring) < 0 else { return }
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { return }
+            _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+            relayPipe.store(fds[1], ordering: .releasing)
+            let readEnd = fds[0]
+            let thread = Thread { relay(from: readEnd) }
+            thread.name = "flowscope.signals"
+            thread.start()
+        }
+        for signalNumber in signals {
+            _ = signal(signalNumber) { received in
+                let fd = relayPipe.load(ordering: .relaxed)
+                guard fd >= 0 else { return }
+                var byte = UInt8(truncatingIfNeeded: received)
+                _ = write(fd, &byte, 1)
+            }
+        }
+    }
+
+    private static func relay(from fd: Int32) {
+        var byte: UInt8 = 0
+        while true {
+            let n = read(fd, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            guard n == 1 else { return }
+            let actions = handlers.withLock { $0[Int32(byte)] ?? [] }
+            for action in actions { action() }
+        }
+    }
+}

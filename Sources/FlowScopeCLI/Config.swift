@@ -1,0 +1,201 @@
+import ConsoleSink
+import ExecSink
+import FlowEvents
+import FlowJSON
+import FlowSim
+import Foundation
+import JSONLinesSink
+import MemorySink
+import MetricsSink
+import OTLPSink
+import SQLiteSink
+
+/// config/flowscope.json5, checked: every key known, every value of the right type, each error
+/// naming the file and the JSON path.
+struct FlowScopeConfig: Sendable {
+    struct Server: Sendable {
+        var bind = "127.0.0.1"
+        var port = 8443
+        var stateDir = ".flowscope"
+        var tlsCert: String?
+        var tlsKey: String?
+        var tlsDir: String?
+        var token: String?
+        var webRoot: String?
+        var maxConnections = 512
+        var maxConnectionsPerIP = 32
+        var maxHeaderBytes = 32 * 1024
+        var maxBodyBytes = 1 << 20
+        var connectionTimeout = 30
+        var ingestRatePerSecond = 50.0
+        var ingestBurst = 100
+    }
+    struct Demo: Sendable {
+        var enabled = true
+        var scenario = "config/demo/backend.json5"
+        var rate = 2.0
+    }
+    struct Engine: Sendable {
+        var requestTimeout = 30.0
+        var cacheDir = ".flowscope/cache"
+        var cacheMaxBytes = 20 * 1024 * 1024
+        var fallbackFile: String?
+    }
+
+    var file: String?
+    var server = Server()
+    /// The `sinks` list as written (built through the sink registry).
+    var sinks: JSONValue = [["type": "metrics"], ["type": "memory"]]
+    var demo = Demo()
+    var engine = Engine()
+    var simulate = SimulationConfig.standard
+
+    /// Reads and checks a config file.
+    static func load(path: String) throws(JSONInputError) -> FlowScopeConfig {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw JSONInputError(file: path, path: "$", message: "cannot read the file")
+        }
+        guard let text = String(bytes: data, encoding: .utf8) else {
+            throw JSONInputError(file: path, path: "$", message: "the file is not UTF-8 text")
+        }
+        do throws(JSONInputError) {
+            var config = try decode(JSONCursor(try JSON5.parse(text)))
+            config.file = path
+            return config
+        } catch {
+            throw error.inFile(path)
+        }
+    }
+
+    static func decode(_ root: JSONCursor) throws(JSONInputError) -> FlowScopeConfig {
+        var config = FlowScopeConfig()
+        let o = try root.object()
+        try o.rejectUnknownKeys(allowed: ["server", "sinks", "demo", "engine", "simulate"])
+        if let s = o.optional("server") {
+            let so = try s.object()
+            try so.rejectUnknownKeys(allowed: ["bind", "port", "stateDir", "tls", "auth", "limits", "webRoot"])
+            if let v = so.optional("bind") { config.server.bind = try v.nonEmptyString() }
+            if let v = so.optional("port") { config.server.port = try int(v, 0...65535) }
+            if let v = so.optional("stateDir") { config.server.stateDir = try v.nonEmptyString() }
+            if let v = so.optional("webRoot") { config.server.webRoot = try v.nonEmptyString() }
+            if let t = so.optional("tls") {
+                let to = try t.object()
+                try to.rejectUnknownKeys(allowed: ["cert", "key", "dir"])
+                config.server.tlsCert = try to.optional("cert")?.nonEmptyString()
+                config.server.tlsKey = try to.optional("key")?.nonEmptyString()
+                config.server.tlsDir = try to.optional("dir")?.nonEmptyString()
+                if (config.server.tlsCert == nil) != (config.server.tlsKey == nil) {
+                    throw t.error("give both \"cert\" and \"key\", or neither (a certificate is then generated)")
+                }
+            }
+            if let a = so.optional("auth") {
+                let ao = try a.object()
+                try ao.rejectUnknownKeys(allowed: ["token"])
+                if let v = ao.optional("token") {
+                    let token = try v.nonEmptyString()
+                    guard token.utf8.count >= 16 else { throw v.expected("a token of at least 16 characters") }
+                    config.server.token = token
+                }
+            }
+            if let l = so.optional("limits") {
+                let lo = try l.object()
+                try lo.rejectUnknownKeys(allowed: ["maxConnections", "maxConnectionsPerIP", "maxHeaderBytes", "maxBodyBytes",
+                                                   "connectionTimeout", "ingestRatePerSecond", "ingestBurst"])
+                if let v = lo.optional("maxConnections") { config.server.maxConnections = try int(v, 1...100_000) }
+                if let v = lo.optional("maxConnectionsPerIP") { config.server.maxConnectionsPerIP = try int(v, 1...100_000) }
+                if let v = lo.optional("maxHeaderBytes") { config.server.maxHeaderBytes = try int(v, 4096...(1 << 20)) }
+                if let v = lo.optional("maxBodyBytes") { config.server.maxBodyBytes = try int(v, 1...(64 << 20)) }
+                if let v = lo.optional("connectionTimeout") { config.server.connectionTimeout = try int(v, 1...3600) }
+                if let v = lo.optional("ingestRatePerSecond") { config.server.ingestRatePerSecond = try positive(v) }
+                if let v = lo.optional("ingestBurst") { config.server.ingestBurst = try int(v, 1...1_000_000) }
+            }
+        }
+        if let s = o.optional("sinks") {
+            _ = try s.array()
+            config.sinks = s.value
+        }
+        if let d = o.optional("demo") {
+            let dobj = try d.object()
+            try dobj.rejectUnknownKeys(allowed: ["enabled", "scenario", "population", "rate"])
+            if let v = dobj.optional("enabled") { config.demo.enabled = try v.bool() }
+            if let v = dobj.optional("scenario") { config.demo.scenario = try v.nonEmptyString() }
+            if let v = dobj.optional("population") {
+                throw v.error("demo traffic from a simulate population is not supported yet; give a backend scenario file in demo.scenario")
+            }
+            if let v = dobj.optional("rate") { config.demo.rate = try positive(v) }
+        }
+        if let e = o.optional("engine") {
+            let eo = try e.object()
+            try eo.rejectUnknownKeys(allowed: ["requestTimeout", "cacheDir", "cacheMaxBytes", "fallbackFile"])
+            if let v = eo.optional("requestTimeout") { config.engine.requestTimeout = try positive(v) }
+            if let v = eo.optional("cacheDir") { config.engine.cacheDir = try v.nonEmptyString() }
+            if let v = eo.optional("cacheMaxBytes") { config.engine.cacheMaxBytes = try int(v, 1...Int.max) }
+            if let v = eo.optional("fallbackFile") { config.engine.fallbackFile = try v.nonEmptyString() }
+        }
+        if let s = o.optional("simulate") { config.simulate = try SimulationConfig.decode(s) }
+        try sinkRegistry.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion)
+        return config
+    }
+
+    private static func int(_ c: JSONCursor, _ range: ClosedRange<Int>) throws(JSONInputError) -> Int {
+        let v = try c.int()
+        guard range.contains(v) else { throw c.expected("a whole number from \(range.lowerBound) to \(range.upperBound)") }
+        return v
+    }
+
+    private static func positive(_ c: JSONCursor) throws(JSONInputError) -> Double {
+        let v = try c.double()
+        guard v > 0 else { throw c.expected("a number > 0") }
+        return v
+    }
+}
+
+extension SinkRegistry {
+    /// Validation errors from a sink factory, as one JSONInputError.
+    func validateSinks(_ value: JSONValue, stateDirectory: String, version: String) throws(JSONInputError) {
+        do {
+            try validateSinks(value, path: "$.sinks", stateDirectory: stateDirectory, version: version)
+        } catch let error as JSONInputError {
+            throw error
+        } catch {
+            throw JSONInputError(path: "$.sinks", message: "\(error)")
+        }
+    }
+}
+
+/// Every built-in sink type, registered by name.
+let sinkRegistry: SinkRegistry = {
+    var r = SinkRegistry()
+    MemorySink.register(in: &r)
+    JSONLinesSink.register(in: &r)
+    ConsoleSink.register(in: &r)
+    ExecSink.register(in: &r)
+    r.register("metrics") { context in
+        try MetricsSink(options: try MetricsSink.Options(json: context.options, path: context.path), version: context.version)
+    }
+    r.register("sqlite", validate: { context in _ = try SQLiteSink.Options(json: context.options, path: context.path) }) { context in
+        try SQLiteSink(options: try SQLiteSink.Options(json: context.options, path: context.path))
+    }
+    r.register("otlp", validate: { context in _ = try OTLPSink.Options(json: context.options, path: context.path) }) { context in
+        var options = try OTLPSink.Options(json: context.options, path: context.path)
+        options.serviceVersion = context.version
+        return try OTLPSink(options: options)
+    }
+    return r
+}()
+
+let checkConfigCommand = Command(spec: CommandSpec(
+    name: "check-config", summary: "Validates a config file (flowscope.json5) without starting anything.",
+    usage: "check-config F", positionals: 1...1,
+    details: "Exit status: 0 when the file is valid, 2 with one line naming the file, the JSON path and what was expected."
+)) { args, io in
+    do throws(JSONInputError) {
+        let config = try FlowScopeConfig.load(path: args.positionals[0])
+        let sinks = (config.sinks.arrayValue ?? []).compactMap { $0["type"]?.stringValue }
+        io.out("\(args.positionals[0]): ok (sinks: \(sinks.joined(separator: ", ")); \(config.simulate.strategies.count) strategies)\n")
+        return ExitStatus.success
+    } catch {
+        io.err("flowscope check-config: \(error.description)\n")
+        return ExitStatus.usage
+    }
+}

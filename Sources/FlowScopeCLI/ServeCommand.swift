@@ -1,0 +1,87 @@
+import FlowEvents
+import FlowJSON
+import FlowScopeServer
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let serveCommand = Command(spec: CommandSpec(
+    name: "serve", summary: "Serves the dashboard, /metrics, the JSON API, the live stream and ingest over HTTPS.",
+    usage: "serve [--config F] [--bind A] [--port N] [--no-demo] [--insecure-http]",
+    options: [.init("config", value: "F", "config file (default \(defaultConfigPath))"),
+              .init("bind", value: "A", "address to listen on (default: the config's, 127.0.0.1)"),
+              .init("port", value: "N", "port (default: the config's, 8443; 0 picks a free one)"),
+              .init("no-demo", "do not generate demo traffic"),
+              .init("insecure-http", "plain HTTP instead of TLS, for local debugging only")],
+    details: """
+    On first start, a self-signed certificate (EC P-256; SAN localhost, 127.0.0.1, ::1) and an access
+    token are created in the state directory (default .flowscope/, files mode 0600). Bound to loopback,
+    reads are open and ingest needs the token; bound elsewhere, every endpoint needs it.
+    SIGINT or SIGTERM stops it cleanly: every sink is drained and flushed.
+    """
+)) { args, io in
+    let path = args.value("config") ?? defaultConfigPath
+    let config: FlowScopeConfig
+    do throws(JSONInputError) {
+        config = try FlowScopeConfig.load(path: path)
+    } catch {
+        io.err("flowscope serve: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    var overrides = ServeStack.Overrides()
+    overrides.bind = args.value("bind")
+    if let p = args.value("port") {
+        guard let port = Int(p), (0...65535).contains(port) else {
+            io.err("flowscope serve: --port expects a port number 0-65535, got \(p)\n")
+            return ExitStatus.usage
+        }
+        overrides.port = port
+    }
+    overrides.noDemo = args.flag("no-demo")
+    overrides.insecureHTTP = args.flag("insecure-http")
+    overrides.log = { message in io.err("flowscope serve: \(message)\n") }
+    let stack: ServeStack
+    do throws(ServeStack.StartError) {
+        stack = try ServeStack(config: config, overrides: overrides)
+    } catch {
+        io.err("flowscope serve: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    let host = stack.server.config.bind == "127.0.0.1" ? "localhost" : stack.server.config.bind
+    let scheme = overrides.insecureHTTP ? "http" : "https"
+    io.out("FlowScope \(flowScopeVersion) serving \(scheme)://\(host):\(stack.server.port)/\n")
+    if let tls = stack.tls {
+        io.out("  certificate \(tls.certPath)\n  SHA-256 fingerprint \(tls.fingerprint)\n")
+    } else {
+        io.out("  WARNING: plain HTTP (--insecure-http): do not use beyond local debugging\n")
+    }
+    io.out("  token \(stack.token.path ?? "(from the config)")  (ingest: Authorization: Bearer <token>)\n")
+    io.out("  metrics \(scheme)://\(host):\(stack.server.port)/metrics\n")
+    io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
+    io.out("Stop with Ctrl-C.\n")
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        stack.pipeline.shutdownOnSignals {
+            stack.stop()
+            io.out("stopped; events flushed\n")
+            done.resume()
+        }
+    }
+    return ExitStatus.success
+}
+
+let certCommand = Command(spec: CommandSpec(
+    name: "cert", summary: "Creates (or shows) the self-signed TLS certificate and prints its SHA-256 fingerprint.",
+    usage: "cert [--dir D]", options: [.init("dir", value: "D", "directory of cert.pem and key.pem (default .flowscope/tls)")]
+)) { args, io in
+    let dir = args.value("dir") ?? ".flowscope/tls"
+    do throws(ServerFileError) {
+        let existed = FileManager.default.fileExists(atPath: dir + "/cert.pem")
+        let tls = try TLSMaterial.loadOrCreate(tlsDirectory: dir)
+        io.out("\(existed ? "existing" : "created") certificate \(tls.certPath)\nkey \(tls.keyPath) (mode 0600)\nSHA-256 fingerprint \(tls.fingerprint)\n")
+        return ExitStatus.success
+    } catch {
+        io.err("flowscope cert: \(error.description)\n")
+        return ExitStatus.usage
+    }
+}

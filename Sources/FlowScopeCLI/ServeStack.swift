@@ -1,0 +1,183 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import FlowScopeServer
+import FlowSim
+import Foundation
+import MemorySink
+import MetricsSink
+
+/// Everything `flowscope serve` runs: sinks from the config, the pipeline, the HTTPS server with the
+/// dashboard API, the live stream, and demo traffic. Tests start it in-process on port 0.
+final class ServeStack: Sendable {
+    let server: HTTPSServer
+    let pipeline: EventPipeline
+    let metrics: MetricsSink
+    let memory: MemorySink
+    let hub: SSEHub
+    let token: AuthToken
+    let tls: TLSMaterial?
+    let demo: DemoTraffic?
+    private let subscription: SubscriptionToken
+
+    /// What to override from the command line.
+    struct Overrides: Sendable {
+        var bind: String?
+        var port: Int?
+        var noDemo = false
+        var insecureHTTP = false
+        var log: @Sendable (String) -> Void = { _ in }
+    }
+
+    /// A problem that stops the server from starting: one line to print.
+    struct StartError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    init(config: FlowScopeConfig, overrides: Overrides) throws(StartError) {
+        let stateDir = config.server.stateDir
+        do {
+            try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw StartError(description: "\(stateDir): cannot create the state directory: \(error.localizedDescription)")
+        }
+        do throws(ServerFileError) {
+            if overrides.insecureHTTP {
+                tls = nil
+            } else if let cert = config.server.tlsCert, let key = config.server.tlsKey {
+                tls = try TLSMaterial.load(certPath: cert, keyPath: key)
+            } else {
+                tls = try TLSMaterial.loadOrCreate(tlsDirectory: config.server.tlsDir ?? stateDir + "/tls")
+            }
+            if let configured = config.server.token {
+                token = try AuthToken(configured: configured)
+            } else {
+                token = try AuthToken.loadOrCreate(stateDir: stateDir)
+            }
+        } catch {
+            throw StartError(description: error.description)
+        }
+
+        var sinks: [any EventSink]
+        do {
+            sinks = try sinkRegistry.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
+        } catch {
+            throw StartError(description: "\(config.file ?? "config"): \(error)")
+        }
+        // The dashboard and /metrics read these two; add them when the config leaves them out.
+        if let m = sinks.lazy.compactMap({ $0 as? MetricsSink }).first {
+            metrics = m
+        } else {
+            do { metrics = try MetricsSink(version: flowScopeVersion) } catch { throw StartError(description: error.message) }
+            sinks.insert(metrics, at: 0)
+        }
+        if let m = sinks.lazy.compactMap({ $0 as? MemorySink }).first {
+            memory = m
+        } else {
+            memory = MemorySink()
+            sinks.insert(memory, at: 1)
+        }
+        pipeline = EventPipeline(run: "live", sinks: sinks)
+        hub = SSEHub(replay: DashboardAPI.replay(memory: memory))
+        subscription = DashboardAPI.connectStream(memory: memory, hub: hub)
+
+        let web = Self.webRoot(configured: config.server.webRoot).flatMap { try? StaticFiles(root: $0) }
+        let router = DashboardAPI.router(
+            pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: web,
+            simulations: SimulationStore(directory: stateDir + "/simulations").runs,
+            ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst))
+        let limits = ServerLimits(maxConnections: config.server.maxConnections, maxConnectionsPerIP: config.server.maxConnectionsPerIP,
+                                  maxHeaderBytes: config.server.maxHeaderBytes, maxBodyBytes: config.server.maxBodyBytes,
+                                  connectionTimeoutSeconds: config.server.connectionTimeout)
+        let serverConfig = ServerConfig(bind: overrides.bind ?? config.server.bind, port: overrides.port ?? config.server.port,
+                                        tls: tls, insecureHTTP: overrides.insecureHTTP, token: token, limits: limits,
+                                        log: overrides.log)
+        do {
+            server = try HTTPSServer(config: serverConfig, router: router)
+            try server.start()
+        } catch {
+            pipeline.shutdown()
+            throw StartError(description: "cannot start the server on \(serverConfig.bind):\(serverConfig.port): \(error.message)")
+        }
+
+        if config.demo.enabled && !overrides.noDemo {
+            do throws(JSONInputError) {
+                let scenario = try Scenario.decode(try Self.read(config.demo.scenario), file: config.demo.scenario)
+                demo = DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"))
+                demo?.start()
+            } catch {
+                server.stop()
+                pipeline.shutdown()
+                throw StartError(description: "demo.scenario: \(error.description)")
+            }
+        } else {
+            demo = nil
+        }
+    }
+
+    /// Stops demo traffic and the server, then drains every sink (nothing recorded is lost).
+    func stop() {
+        demo?.stop()
+        memory.unsubscribe(subscription)
+        hub.closeAll()
+        server.stop()
+        pipeline.shutdown()
+    }
+
+    /// The dashboard's files: the configured directory, else ./web, else web/ beside the package the
+    /// binary was built in.
+    static func webRoot(configured: String?) -> String? {
+        if let configured { return configured }
+        var candidates = ["web"]
+        let exe = URL(fileURLWithPath: CommandLine.arguments.first ?? "").resolvingSymlinksInPath()
+        candidates.append(exe.deletingLastPathComponent().appendingPathComponent("../../../web").standardized.path)
+        candidates.append(exe.deletingLastPathComponent().appendingPathComponent("../../web").standardized.path)
+        return candidates.first { FileManager.default.fileExists(atPath: $0 + "/index.html") }
+    }
+
+    static func read(_ path: String) throws(JSONInputError) -> String {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(bytes: data, encoding: .utf8) else {
+            throw JSONInputError(file: path, path: "$", message: "cannot read the file as UTF-8 text")
+        }
+        return text
+    }
+}
+
+/// Simulation results saved by `flowscope simulate` into the state directory, one JSON file per run.
+struct SimulationStore: Sendable {
+    let directory: String
+
+    /// Saves a run summary as `<directory>/<id>.json`.
+    func save(id: String, summary: JSONValue) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let safe = String(id.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == ":" || $0 == "_" ? $0 : "_" })
+        try Data(summary.jsonText.utf8).write(to: URL(fileURLWithPath: "\(directory)/\(safe).json"), options: .atomic)
+    }
+
+    /// The saved runs, newest first (at most 50 are listed).
+    var runs: SimulationRuns {
+        let directory = self.directory
+        @Sendable func load(_ file: String) -> JSONValue? {
+            guard let data = FileManager.default.contents(atPath: "\(directory)/\(file)"), data.count < 16 << 20 else { return nil }
+            return try? JSON5.parse(bytes: [UInt8](data))
+        }
+        return SimulationRuns(
+            list: {
+                let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".json") }
+                return files.sorted().reversed().prefix(50).compactMap { file -> JSONValue? in
+                    guard case .object(var o)? = load(file) else { return nil }
+                    o["strategies"] = nil
+                    o["kind"] = "simulation"
+                    return .object(o)
+                }
+            },
+            find: { id in
+                let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+                for file in files where file.hasSuffix(".json") {
+                    if let run = load(file), run["id"]?.stringValue == id { return run }
+                }
+                return nil
+            })
+    }
+}

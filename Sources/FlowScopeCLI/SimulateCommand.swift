@@ -1,0 +1,136 @@
+import FlowEvents
+import FlowJSON
+import FlowSim
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The default config file, read when it exists and no --config is given.
+let defaultConfigPath = "config/flowscope.json5"
+
+let simulateCommand = Command(spec: CommandSpec(
+    name: "simulate", summary: "The strategy lab: compares flow-fetch strategies over simulated sessions.",
+    usage: "simulate [--config F] [--sessions N] [--seed N] [--json] [--out DIR] [--threads N]",
+    options: [.init("config", value: "F", "config file whose `simulate` section gives the population and strategies (default \(defaultConfigPath) if present, else built in)"),
+              .init("sessions", value: "N", "sessions to simulate (default: the config's, 20000)"),
+              .init("seed", value: "N", "random seed (default: the config's, 1); same seed, same numbers"),
+              .init("json", "print the result as JSON"),
+              .init("out", value: "DIR", "also write DIR/simulate.json and DIR/report.html"),
+              .init("threads", value: "N", "worker threads (default: every core); the numbers do not depend on it")],
+    details: """
+    Plays each session through the real engine in virtual time, once per strategy, and prints per
+    strategy: targeting correct, time to flow (p50, p95, p99, max), flow sources, requests per session,
+    with 95% confidence intervals. Exit status: 0 on success, 2 on a bad flag or config.
+    """
+), run: runSimulate)
+
+/// `flowscope simulate`: runs the lab and prints the table or the JSON.
+func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
+    func usage(_ message: String) -> Int32 {
+        io.err("flowscope simulate: \(message)\n")
+        return ExitStatus.usage
+    }
+    var sessions: Int?
+    var threads = ProcessInfo.processInfo.activeProcessorCount
+    for flag in ["sessions", "threads"] {
+        guard let text = args.value(flag) else { continue }
+        guard let v = Int(text), v >= 1 else { return usage("--\(flag) expects a positive integer, got \(text)") }
+        if flag == "sessions" { sessions = v } else { threads = v }
+    }
+    var seed: UInt64?
+    if let text = args.value("seed") {
+        guard let v = UInt64(text) else { return usage("--seed expects a non-negative integer, got \(text)") }
+        seed = v
+    }
+    let config: SimulationConfig
+    switch loadSimulationConfig(path: args.value("config")) {
+    case .success(let c): config = c
+    case .failure(let error): return usage(error.message)
+    }
+
+    let json = args.flag("json")
+    let bar: ProgressBar? = !json && io.isTerminal && isatty(2) == 1 ? ProgressBar(output: io) : nil
+    var report: (@Sendable (Int, Int) -> Void)?
+    if let bar { report = { done, total in bar.update(done, total) } }
+    let lab = Simulation(config: config)
+    let result = lab.run(sessions: sessions, seed: seed, threads: threads, progress: report)
+    bar?.finish()
+
+    if let dir = args.value("out") {
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try Data((result.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: dir + "/simulate.json"))
+            try Data(result.html().utf8).write(to: URL(fileURLWithPath: dir + "/report.html"))
+        } catch {
+            io.err("flowscope simulate: --out \(dir): cannot write the report: \(error.localizedDescription)\n")
+            return ExitStatus.failure
+        }
+    }
+    // Every run is kept in the state directory, where `flowscope serve` lists it as a dashboard run.
+    let runID = "sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)"
+    let saved = (try? SimulationStore(directory: ".flowscope/simulations").save(id: runID, summary: result.runSummary(id: runID))) != nil
+    if json {
+        io.out(result.json.jsonText + "\n")
+    } else {
+        let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
+        io.out(result.table(color: color))
+        if let dir = args.value("out") { io.out("wrote \(dir)/simulate.json and \(dir)/report.html\n") }
+        if saved { io.out("saved as dashboard run \(runID) (.flowscope/simulations)\n") }
+    }
+    return ExitStatus.success
+}
+
+/// Reads the `simulate` section of a config file: the given path, else config/flowscope.json5 when
+/// it exists, else the built-in config. An error is one line naming the file and JSON path.
+func loadSimulationConfig(path: String?) -> Result<SimulationConfig, SimulateConfigError> {
+    let file = path ?? defaultConfigPath
+    guard let data = FileManager.default.contents(atPath: file) else {
+        if path == nil { return .success(.standard) }
+        return .failure(SimulateConfigError(message: "--config \(file): cannot read the file"))
+    }
+    guard let text = String(bytes: data, encoding: .utf8) else {
+        return .failure(SimulateConfigError(message: "\(file): $: the file is not UTF-8 text"))
+    }
+    do throws(JSONInputError) {
+        let root = try JSONCursor(try JSON5.parse(text)).object()
+        guard let section = root.optional("simulate") else { return .success(.standard) }
+        return .success(try SimulationConfig.decode(section))
+    } catch {
+        return .failure(SimulateConfigError(message: error.inFile(file).description))
+    }
+}
+
+/// A config that cannot be used, with the one line to print.
+struct SimulateConfigError: Error {
+    var message: String
+}
+
+/// A progress bar on stderr: done/total, rate and ETA, redrawn at most ten times a second.
+final class ProgressBar: Sendable {
+    private let output: Output
+    private let started = ContinuousClock.now
+    private let lastDraw = Mutex<ContinuousClock.Instant?>(nil)
+
+    init(output: Output) { self.output = output }
+
+    func update(_ done: Int, _ total: Int) {
+        let now = ContinuousClock.now
+        let draw = lastDraw.withLock { last -> Bool in
+            if let l = last, now - l < .milliseconds(100), done < total { return false }
+            last = now
+            return true
+        }
+        guard draw, total > 0 else { return }
+        let elapsed = Double((now - started).components.attoseconds) * 1e-18 + Double((now - started).components.seconds)
+        let rate = elapsed > 0 ? Double(done) / elapsed : 0
+        let eta = rate > 0 ? Double(total - done) / rate : 0
+        let width = 30
+        let filled = Int(Double(width) * Double(done) / Double(total))
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        output.err("\r[\(bar)] \(done)/\(total) sessions  \(Int(rate))/s  ETA \(Int(eta.rounded()))s ")
+    }
+
+    func finish() { output.err("\r\u{1B}[2K") }
+}

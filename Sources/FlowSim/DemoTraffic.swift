@@ -1,0 +1,171 @@
+import FlowFetch
+import Foundation
+import Synchronization
+
+/// Live demo traffic: simulated app sessions that really call FlowClient against the sandbox backend,
+/// in real time, so a dashboard has something to show on first run. Sessions mix networks (good to
+/// lossy), attribution (some users get Apple Ads attribution after a delay), returning users with
+/// cached flows, and the calling patterns of the seeds (getFlow, preload then cache, the attribution
+/// race, layouts).
+public final class DemoTraffic: Sendable {
+    /// One network a demo session may be on.
+    struct Network: Sendable {
+        var name: String
+        var latency: ClosedRange<Double>
+        var hang: Double, reset: Double, serverError: Double
+    }
+    static let networks: [(weight: Double, network: Network)] = [
+        (0.45, Network(name: "wifi", latency: 0.03...0.15, hang: 0, reset: 0, serverError: 0.005)),
+        (0.30, Network(name: "lte", latency: 0.08...0.45, hang: 0.01, reset: 0.01, serverError: 0.01)),
+        (0.15, Network(name: "3g", latency: 0.4...1.8, hang: 0.03, reset: 0.02, serverError: 0.01)),
+        (0.10, Network(name: "lossy", latency: 0.8...3.5, hang: 0.12, reset: 0.08, serverError: 0.05)),
+    ]
+
+    private let scenario: Scenario
+    private let sessionsPerSecond: Double
+    private let events: EngineEventSink
+    private let maxConcurrent: Int
+    private let task = Mutex<Task<Void, Never>?>(nil)
+    private let stores: ReturningUsers
+
+    /// Demo traffic over `scenario`'s backend and fallback file, starting `sessionsPerSecond` sessions a
+    /// second (at most `maxConcurrent` at once), reporting to `events`.
+    public init(scenario: Scenario, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40) {
+        self.scenario = scenario
+        self.sessionsPerSecond = max(sessionsPerSecond, 0.1)
+        self.events = events
+        self.maxConcurrent = maxConcurrent
+        self.stores = ReturningUsers()
+    }
+
+    /// Starts the traffic (idempotent).
+    public func start(seed: UInt64 = UInt64(Date().timeIntervalSince1970)) {
+        task.withLock { current in
+            guard current == nil else { return }
+            current = Task.detached { [self] in await self.loop(seed: seed) }
+        }
+    }
+
+    /// Stops starting sessions and cancels the ones running.
+    public func stop() {
+        task.withLock { $0?.cancel(); $0 = nil }
+    }
+
+    private func loop(seed: UInt64) async {
+        var rng = SeededIDs(seed: seed)
+        let running = SessionCount()
+        await withTaskGroup(of: Void.self) { group in
+            var n = 0
+            while !Task.isCancelled {
+                if running.value.load(ordering: .relaxed) < maxConcurrent {
+                    n += 1
+                    let sessionSeed = rng.next()
+                    let index = n
+                    running.value.add(1, ordering: .relaxed)
+                    group.addTask { [self] in
+                        await self.session(index: index, seed: sessionSeed)
+                        running.value.subtract(1, ordering: .relaxed)
+                    }
+                }
+                try? await Task.sleep(for: .seconds(1 / sessionsPerSecond))
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// One app session: launch, maybe attribution, the calls of one of the seeds' patterns.
+    func session(index: Int, seed: UInt64) async {
+        var rng = SeededIDs(seed: seed)
+        func uniform() -> Double { Double(rng.next() >> 11) / Double(1 << 53) }
+        let network = pick(Self.networks, uniform())
+        let latency = network.latency.lowerBound + (network.latency.upperBound - network.latency.lowerBound) * uniform()
+        var rules: [NetworkRule] = []
+        // Each request draws its fate through `nth` rules laid out for the first few requests.
+        for nth in 1...12 {
+            let u = uniform()
+            if u < network.hang { rules.append(NetworkRule(nth: nth, fail: .hang)) }
+            else if u < network.hang + network.reset { rules.append(NetworkRule(nth: nth, latency: latency * 0.5, fail: .reset)) }
+            else if u < network.hang + network.reset + network.serverError { rules.append(NetworkRule(nth: nth, latency: latency, fail: .http(503))) }
+            else { rules.append(NetworkRule(nth: nth, latency: latency * (0.6 + 0.8 * uniform()))) }
+        }
+        // A pool of returning users keeps cache states realistic: their flows are cached from earlier sessions.
+        let returning = uniform() < 0.4
+        let userID = returning ? "demo-user-\(Int(uniform() * 40))" : "demo-new-\(index)"
+        let attributedAt: Double? = uniform() < 0.3 ? 0.3 + 3.5 * uniform() : nil
+        let profile = ScenarioProfile(id: userID, attribution: attributedAt.map { ["appleAds": $0] } ?? [:])
+        let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend,
+                                                        network: NetworkRules(latency: latency, rules: rules),
+                                                        profiles: [profile]))
+        let client = FlowClient(profile: Profile(id: userID), backend: backend,
+                                configuration: .init(requestTimeout: 10, fallback: ScenarioRunner.fallbackFile(scenario)),
+                                disk: stores.disk(for: userID), events: events)
+        let attribution: Task<Void, Never>? = attributedAt.map { at in
+            Task {
+                try? await Task.sleep(for: .seconds(at))
+                if !Task.isCancelled { client.attributionApplied(source: "appleAds") }
+            }
+        }
+        defer { attribution?.cancel() }
+        let placements = scenario.backend.keys.sorted()
+        guard !placements.isEmpty else { return }
+        let pattern = uniform()
+        do {
+            if pattern < 0.35 {
+                let flow = try await client.getFlow(placementId: placements[Int(uniform() * Double(placements.count))],
+                                                    loadTimeout: [3, 4, 5][Int(uniform() * 3)])
+                if flow.layout != nil, uniform() < 0.7 {
+                    _ = try await client.getFlowConfiguration(forFlow: flow, assetsResolver: { $0 == "logo" ? URL(fileURLWithPath: "/logo.png") : nil })
+                }
+            } else if pattern < 0.65 {
+                try? await client.preloadFlows(placementIds: placements, loadTimeout: 4)
+                try await Task.sleep(for: .seconds(0.5 + 2 * uniform()))
+                _ = try await client.getFlow(placementId: "main_paywall", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 3)
+            } else if pattern < 0.85 {
+                _ = try await client.getFlowOrDefault(placementId: "main_paywall", timeout: 2)
+            } else {
+                _ = try await client.getFlowForDefaultAudience(placementId: placements[Int(uniform() * Double(placements.count))])
+                _ = try await client.getFlow(placementId: "main_paywall",
+                                             fetchPolicy: .returnCacheDataIfNotExpiredElseLoad(maxAge: 600), loadTimeout: 5)
+            }
+        } catch {
+            // Errors are what the demo shows; they are already in the events.
+        }
+    }
+
+    private func pick(_ options: [(weight: Double, network: Network)], _ u: Double) -> Network {
+        var acc = 0.0
+        for o in options {
+            acc += o.weight
+            if u < acc { return o.network }
+        }
+        return options[options.count - 1].network
+    }
+}
+
+/// The disk layers of returning demo users, kept across their sessions.
+final class ReturningUsers: Sendable {
+    private let stores = Mutex<[String: SharedDisk]>([:])
+    func disk(for user: String) -> FlowDiskStore {
+        stores.withLock { all in
+            if all.count > 200 { all.removeAll() }
+            if let d = all[user] { return d }
+            let d = SharedDisk()
+            all[user] = d
+            return d
+        }
+    }
+}
+
+/// An in-memory disk layer that several sessions of one demo user may open, one after another.
+final class SharedDisk: FlowDiskStore, Sendable {
+    private let store = Mutex(InMemoryDiskStore())
+    func load(_ key: CacheKey) -> [UInt8]? { store.withLock { $0.load(key) } }
+    func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] { store.withLock { $0.save(key, bytes) } }
+    func remove(_ key: CacheKey) { store.withLock { $0.remove(key) } }
+    func removeAll(exceptProfile profileId: String) { store.withLock { $0.removeAll(exceptProfile: profileId) } }
+}
+
+/// Sessions in flight.
+final class SessionCount: Sendable {
+    let value = Atomic<Int>(0)
+}

@@ -1,0 +1,438 @@
+import FlowFetch
+import FlowJSON
+import Foundation
+import Synchronization
+
+/// The strategy lab: plays many simulated app sessions through the real engine (``FlowEngine``, the
+/// machines FlowClient runs) in virtual time, once per strategy, and tallies what users saw.
+///
+/// Every session is drawn from its own random stream (the seed and the session's index), and every
+/// strategy plays the same sessions with the same network draws (common random numbers): the same
+/// seed gives the same numbers whatever the number of threads.
+///
+/// ```swift
+/// let result = Simulation(config: .standard).run(sessions: 20_000, seed: 1, threads: 2)
+/// print(result.table())
+/// ```
+public struct Simulation: Sendable {
+    /// Sessions per shard: the unit of work handed to a thread and merged in order.
+    public static let shardSize = 250
+
+    public let config: SimulationConfig
+
+    /// A lab for `config`.
+    public init(config: SimulationConfig = .standard) { self.config = config }
+
+    /// Runs `sessions` sessions (default: the config's) with `seed` (default: the config's) on
+    /// `threads` threads. `progress` is called with (sessions done, total) after each shard, from
+    /// the worker threads.
+    public func run(sessions: Int? = nil, seed: UInt64? = nil, threads: Int = 1,
+                    progress: (@Sendable (Int, Int) -> Void)? = nil) -> SimulationResult {
+        let total = max(sessions ?? config.sessions, 0)
+        let seed = seed ?? config.seed
+        let shardCount = (total + Self.shardSize - 1) / Self.shardSize
+        let workers = max(1, min(threads, max(shardCount, 1)))
+        let board = ShardBoard(workers: workers)
+        let config = self.config
+        let started = ContinuousClock.now
+        // Each worker merges the shards it played; the workers' tallies are merged at the end. Every
+        // merge is exact (integer counts, maxima, minima), so the order does not change any number.
+        let work: @Sendable (Int) -> Void = { worker in
+            let world = SessionWorld(config: config)
+            var tallies = Array(repeating: StrategyTally(), count: config.strategies.count)
+            var busy = 0.0
+            while true {
+                let shard = board.next.wrappingAdd(1, ordering: .relaxed).oldValue
+                guard shard < shardCount else { break }
+                let begin = threadCPUSeconds()
+                let first = shard * Self.shardSize
+                let last = min(first + Self.shardSize, total)
+                for index in first..<last {
+                    let plan = SessionPlan(index: index, seed: seed, population: config.population)
+                    for (k, strategy) in config.strategies.enumerated() {
+                        world.play(plan, strategy, into: &tallies[k])
+                    }
+                }
+                busy += threadCPUSeconds() - begin
+                let done = board.done.wrappingAdd(last - first, ordering: .relaxed).newValue
+                progress?(done, total)
+            }
+            board.results.withLock { $0[worker] = WorkerResult(tallies: tallies, busySeconds: busy) }
+        }
+        if workers == 1 {
+            work(0)
+        } else {
+            DispatchQueue.concurrentPerform(iterations: workers, execute: work)
+        }
+        let wall = (ContinuousClock.now - started).seconds
+        var merged = Array(repeating: StrategyTally(), count: config.strategies.count)
+        var busy = 0.0
+        for result in board.results.withLock({ $0 }) {
+            guard let result else { continue }
+            busy += result.busySeconds
+            for k in merged.indices { merged[k].merge(result.tallies[k]) }
+        }
+        let calls = merged.reduce(0) { $0 + $1.calls }
+        let throughput = SimulationResult.Throughput(calls: calls, wallSeconds: wall, busySeconds: busy, threads: workers)
+        return SimulationResult(seed: seed, sessions: total, population: config.population,
+                                strategies: zip(config.strategies, merged).map { StrategyResult(strategy: $0, tally: $1) },
+                                throughput: throughput)
+    }
+
+    /// Plays one session with one strategy and returns the engine's events (for timelines and the
+    /// dashboard); the numbers are those of session `index` of a run with `seed`.
+    public func events(session index: Int, seed: UInt64? = nil, strategy: Strategy) -> [EngineEvent] {
+        let world = SessionWorld(config: config)
+        let collector = EventCollector(forward: nil)
+        let plan = SessionPlan(index: index, seed: seed ?? config.seed, population: config.population)
+        var tally = StrategyTally()
+        world.play(plan, strategy, into: &tally, events: collector)
+        return collector.events
+    }
+}
+
+/// What one strategy accumulated over sessions.
+public struct StrategyTally: Sendable, Hashable {
+    /// The sources in report order; the last is `none` (nothing to show).
+    public static let sourceNames = ["network", "cache", "defaultAudience", "fallbackFile", "none"]
+
+    public var sessions = 0
+    /// Placements shown (a session showing two placements counts twice).
+    public var displays = 0
+    /// Displays of a variation of the audience the user belonged to at display time.
+    public var targetingCorrect = 0
+    /// Displays per source, in ``sourceNames`` order.
+    public var sources = [0, 0, 0, 0, 0]
+    /// From the moment a placement is needed to its call's end (a flow, or nothing to show).
+    public var timeToFlow = DurationHistogram()
+    /// Requests sent (targeted and default-audience).
+    public var requests = 0
+    /// Sum over sessions of the square of their request count (for the interval of the mean).
+    public var requestsSquared = 0.0
+    /// Engine calls started (getFlow, preloadFlows, getFlowOrDefault).
+    public var calls = 0
+
+    /// Adds another tally.
+    public mutating func merge(_ o: StrategyTally) {
+        sessions += o.sessions; displays += o.displays; targetingCorrect += o.targetingCorrect
+        for i in sources.indices { sources[i] += o.sources[i] }
+        timeToFlow.merge(o.timeToFlow)
+        requests += o.requests; requestsSquared += o.requestsSquared; calls += o.calls
+    }
+}
+
+// MARK: sessions
+
+/// One simulated session, drawn from its own random stream; the same for every strategy.
+struct SessionPlan {
+    struct Need { var placement: Int; var at: Double }
+    var profileId: String
+    var network: NetworkProfile
+    var returning: Bool
+    var attributed: Bool
+    /// When the backend applies appleAds (0 for a returning attributed user; infinity for others).
+    var attributionAt: Double
+    var cacheAge: Double
+    /// Placements needed, by time.
+    var needs: [Need]
+    /// Placements this kind of session may need (what an app preloads).
+    var eligible: [Int]
+    /// Seed of the network's per-request draws.
+    var networkSeed: UInt64
+
+    init(index: Int, seed: UInt64, population p: Population) {
+        var r = SimulationRandom(seed: seed, stream: UInt64(index))
+        profileId = "user-\(index)"
+        let totalWeight = p.networks.reduce(0) { $0 + $1.weight }
+        var pick = r.uniform() * totalWeight
+        var chosen = p.networks[p.networks.count - 1].name
+        for n in p.networks {
+            if pick < n.weight, n.weight > 0 { chosen = n.name; break }
+            pick -= n.weight
+        }
+        network = p.profiles[chosen] ?? NetworkProfile(median: 1, p95: 1)
+        returning = r.chance(p.returningShare)
+        attributed = r.chance(p.attributionShare)
+        let delay = p.attributionDelay.sample(&r)
+        attributionAt = attributed ? (returning ? 0 : delay) : .infinity
+        cacheAge = p.cacheAge.sample(&r)
+        needs = []
+        eligible = []
+        for (i, placement) in p.placements.enumerated() {
+            let wanted = r.chance(placement.share)
+            let at = placement.at.sample(&r)
+            let fits = placement.sessions == .all || (placement.sessions == .new) == !returning
+            guard fits else { continue }
+            eligible.append(i)
+            if wanted || placement.share >= 1 { needs.append(Need(placement: i, at: at)) }
+        }
+        needs.sort { $0.at < $1.at }
+        networkSeed = r.next()
+    }
+}
+
+/// Hands out shards and holds the workers' results.
+private final class ShardBoard: Sendable {
+    let next = Atomic<Int>(0)
+    let done = Atomic<Int>(0)
+    let results: Mutex<[WorkerResult?]>
+    init(workers: Int) { results = Mutex(Array(repeating: nil, count: workers)) }
+}
+
+private struct WorkerResult: Sendable {
+    var tallies: [StrategyTally]
+    var busySeconds: Double
+}
+
+/// The flow cache's disk layer in a simulated session: nothing outlives the session, so it keeps
+/// nothing (the memory layer in front of it serves every read).
+final class NullDiskStore: FlowDiskStore {
+    func load(_ key: CacheKey) -> [UInt8]? { nil }
+    func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] { [] }
+    func remove(_ key: CacheKey) {}
+    func removeAll(exceptProfile profileId: String) {}
+}
+
+/// The simulated world of one thread: the backend, the network, the clock, and the app's calls. It
+/// hosts one engine per session and plays sessions one after another.
+final class SessionWorld: EngineHost {
+    /// The audience attribution-targeted users get.
+    static let targetedAudience = "Apple Ads"
+
+    private enum Due {
+        case response(RequestID, RequestCompletion)
+        case timer(TimerID)
+        case attribution
+        case op(Int)
+    }
+    private enum Op {
+        case getFlow(need: Int, FetchPolicy, loadTimeout: Double)
+        case preload([String], loadTimeout: Double)
+        case orDefault(need: Int, timeout: Double)
+    }
+
+    private let placements: [String]
+    private let placementIndex: [String: Int]
+    private let targetedAnswers: [RequestCompletion]
+    private let defaultAnswers: [RequestCompletion]
+    private let targetedPayloads: [AudiencePayload]
+    private let defaultPayloads: [AudiencePayload]
+    private let fallback: FallbackFile
+    private let populationFallback: Bool
+    private let layouts = InMemoryLayoutStore()
+    private let notFound = RequestCompletion(.failure(.http(status: 404)), bytes: 44)
+    private let resetFailure = RequestCompletion(.failure(.transport(reason: "reset")))
+    private let serverFailure = RequestCompletion(.failure(.http(status: 503)), bytes: 40)
+
+    private var queue = EventQueue<Due>()
+    private var network = SimulationRandom(seed: 0)
+    private var plan: SessionPlan?
+    private var engine: FlowEngine?
+    private var ops: [Op] = []
+    private var pending: [(call: CallID, need: Int)] = []
+    private var starting: Int?
+    private var results: [(at: Double, flow: Flow?)?] = []
+    private var requests = 0
+    private var calls = 0
+
+    init(config: SimulationConfig) {
+        placements = config.population.placements.map(\.id)
+        placementIndex = Dictionary(placements.enumerated().map { ($1, $0) }, uniquingKeysWith: { a, _ in a })
+        var targeted: [AudiencePayload] = [], all: [AudiencePayload] = []
+        var fallbackPlacements: [String: AudiencePayload] = [:]
+        for id in placements {
+            targeted.append(AudiencePayload(placementId: id, audienceName: Self.targetedAudience, audienceVersionId: "\(id)-asa-1",
+                                            variations: [Variation(id: "\(id)-asa-a", weight: 50, revision: 1),
+                                                         Variation(id: "\(id)-asa-b", weight: 50, revision: 1)]))
+            all.append(AudiencePayload(placementId: id, audienceName: defaultAudienceName, audienceVersionId: "\(id)-all-1",
+                                       variations: [Variation(id: "\(id)-all-a", weight: 50, revision: 1),
+                                                    Variation(id: "\(id)-all-b", weight: 50, revision: 1)]))
+            fallbackPlacements[id] = AudiencePayload(placementId: id, audienceName: defaultAudienceName, audienceVersionId: "fallback",
+                                                     variations: [Variation(id: "\(id)-fallback", weight: 100)])
+        }
+        targetedPayloads = targeted
+        defaultPayloads = all
+        targetedAnswers = targeted.map { RequestCompletion(.success(.audience($0)), bytes: 1_400) }
+        defaultAnswers = all.map { RequestCompletion(.success(.audience($0)), bytes: 1_400) }
+        fallback = FallbackFile(placements: fallbackPlacements)
+        populationFallback = config.population.fallbackFile
+    }
+
+    /// Plays `plan` with `strategy` and adds what happened to `tally`.
+    func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally, events: EngineEventSink? = nil) {
+        self.plan = plan
+        queue = EventQueue()
+        network = SimulationRandom(seed: plan.networkSeed)
+        ops.removeAll(keepingCapacity: true)
+        pending.removeAll(keepingCapacity: true)
+        results = Array(repeating: nil, count: plan.needs.count)
+        requests = 0
+        calls = 0
+        starting = nil
+
+        let withFallback = strategy.fallbackFile ?? populationFallback
+        var traceCounter: UInt64 = 0
+        let engine = FlowEngine(
+            configuration: .init(requestTimeout: strategy.requestTimeout, fallback: withFallback ? fallback : nil, activatedAt: 0),
+            profile: Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? ["appleAds"] : []),
+            flowCache: FlowCache(disk: NullDiskStore()), layouts: layouts, host: self, events: events,
+            traceIDs: { traceCounter += 1; return TraceID(high: plan.networkSeed | 1, low: traceCounter) })
+        self.engine = engine
+
+        if plan.returning {
+            let storedAt = -plan.cacheAge
+            for (i, id) in placements.enumerated() {
+                let payload = plan.attributionAt == 0 ? targetedPayloads[i] : defaultPayloads[i]
+                guard let variation = VariationDraw.pick(payload, profileId: plan.profileId) else { continue }
+                let flow = Flow(payload: payload, variation: variation, source: .cache, targetingLost: false)
+                _ = engine.flowCache.write(CacheKey(profileId: plan.profileId, placementId: id),
+                                           CachedFlow(flow: flow, storedAt: storedAt, fromDefaultAudience: false), keepTargeted: false)
+            }
+        }
+        if plan.attributed, plan.attributionAt > 0 { queue.schedule(.attribution, at: plan.attributionAt) }
+
+        switch strategy.shape {
+        case .atPaywall(let policy, let t, let moment):
+            for (n, need) in plan.needs.enumerated() {
+                schedule(.getFlow(need: n, policy, loadTimeout: t), at: moment == .needed ? need.at : 0)
+            }
+        case .preloadThenCache(let t, let policy):
+            if !plan.eligible.isEmpty { schedule(.preload(plan.eligible.map { placements[$0] }, loadTimeout: t), at: 0) }
+            for (n, need) in plan.needs.enumerated() { schedule(.getFlow(need: n, policy, loadTimeout: t), at: need.at) }
+        case .waitThenFetch(let delay, let policy, let t, let moment):
+            for (n, need) in plan.needs.enumerated() {
+                schedule(.getFlow(need: n, policy, loadTimeout: t), at: moment == .needed ? max(need.at, delay) : delay)
+            }
+        case .orDefault(let timeout):
+            for (n, need) in plan.needs.enumerated() { schedule(.orDefault(need: n, timeout: timeout), at: need.at) }
+        }
+
+        while let due = queue.next() {
+            let now = queue.now
+            switch due {
+            case .response(let rid, let completion): engine.response(rid, completion, now: now)
+            case .timer(let tid): engine.timerFired(tid, now: now)
+            case .attribution: engine.applyAttribution("appleAds", now: now)
+            case .op(let k): perform(ops[k], now: now)
+            }
+        }
+
+        tally.sessions += 1
+        tally.requests += requests
+        tally.requestsSquared += Double(requests * requests)
+        tally.calls += calls
+        for (n, need) in plan.needs.enumerated() {
+            tally.displays += 1
+            // Every call ends (the engine bounds them all); a missing result would be nothing shown.
+            let result = results[n] ?? (at: .infinity, flow: nil)
+            let shownAt = max(need.at, result.at)
+            tally.timeToFlow.add(max(0, result.at - need.at))
+            guard let flow = result.flow else {
+                tally.sources[4] += 1
+                continue
+            }
+            switch flow.source {
+            case .network: tally.sources[0] += 1
+            case .cache: tally.sources[1] += 1
+            case .defaultAudience: tally.sources[2] += 1
+            case .fallbackFile: tally.sources[3] += 1
+            }
+            let truth = plan.attributionAt <= shownAt ? Self.targetedAudience : defaultAudienceName
+            if flow.audienceName == truth { tally.targetingCorrect += 1 }
+        }
+        self.engine = nil
+        self.plan = nil
+    }
+
+    private func schedule(_ op: Op, at: Double) {
+        ops.append(op)
+        queue.schedule(.op(ops.count - 1), at: at)
+    }
+
+    private func perform(_ op: Op, now: Double) {
+        guard let engine else { return }
+        calls += 1
+        switch op {
+        case .getFlow(let need, let policy, let t):
+            starting = need
+            defer { starting = nil }
+            do throws(FlowError) {
+                let call = try engine.getFlow(placement: placements[plan?.needs[need].placement ?? 0], policy: policy, loadTimeout: t, now: now)
+                if results[need] == nil { pending.append((call, need)) }
+            } catch {
+                results[need] = (now, nil)
+            }
+        case .preload(let ids, let t):
+            _ = try? engine.preloadFlows(placements: ids, loadTimeout: t, now: now)
+        case .orDefault(let need, let timeout):
+            starting = need
+            defer { starting = nil }
+            do throws(FlowError) {
+                let call = try engine.getFlowOrDefault(placement: placements[plan?.needs[need].placement ?? 0], timeout: timeout, now: now)
+                if results[need] == nil { pending.append((call, need)) }
+            } catch {
+                results[need] = (now, nil)
+            }
+        }
+    }
+
+    // MARK: EngineHost
+
+    func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
+        requests += 1
+        guard let plan else { return }
+        let now = queue.now
+        let net = plan.network
+        // Two draws per request whatever happens, so strategies stay on the same random stream.
+        let u = network.uniform()
+        let latency = net.latency.sample(&network)
+        if u < net.hang { return }
+        let completion: RequestCompletion
+        if u < net.hang + net.reset {
+            completion = resetFailure
+        } else if u < net.hang + net.reset + net.http5xx {
+            completion = serverFailure
+        } else if let id = spec.placement, let i = placementIndex[id] {
+            switch spec.kind {
+            case .targeted: completion = plan.attributionAt <= now ? targetedAnswers[i] : defaultAnswers[i]
+            case .default: completion = defaultAnswers[i]
+            default: completion = notFound
+            }
+        } else {
+            completion = notFound
+        }
+        queue.schedule(.response(request, completion), at: now + latency)
+    }
+
+    func cancel(_ request: RequestID) {}  // the engine ignores answers to requests it no longer owns
+
+    func schedule(_ timer: TimerID, at: Double) { queue.schedule(.timer(timer), at: at) }
+
+    func unschedule(_ timer: TimerID) {}  // the engine ignores timers it no longer owns
+
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+        let need: Int
+        if let k = pending.firstIndex(where: { $0.call == call }) {
+            need = pending.remove(at: k).need
+        } else if let s = starting {
+            need = s  // finished while starting (a cache hit): its id is not known yet
+        } else {
+            return  // a preload
+        }
+        if results[need] == nil { results[need] = (now, outcome.flow) }
+    }
+}
+
+/// CPU seconds the calling thread has used (robust to other processes sharing the cores).
+func threadCPUSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
+}
+
+extension Duration {
+    var seconds: Double {
+        let c = components
+        return Double(c.seconds) + Double(c.attoseconds) * 1e-18
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+
+/// The strategy lab's random numbers: SplitMix64, seeded, with uniform and normal draws.
+public struct SimulationRandom: Sendable {
+    private var state: UInt64
+    private var spare: Double?
+
+    /// A generator seeded with `seed`.
+    public init(seed: UInt64) { state = seed }
+
+    /// A generator for stream `index` of `seed`: independent of every other index.
+    public init(seed: UInt64, stream index: UInt64) {
+        var mix = SimulationRandom(seed: seed ^ (index &* 0xD6E8_FEB8_6659_FD93))
+        state = mix.next() ^ index
+    }
+
+    /// The next 64 random bits.
+    @inline(__always)
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    @inline(__always)
+    public mutating func uniform() -> Double { Double(next() >> 11) * 0x1p-53 }
+
+    /// Standard normal (Box-Muller; the second value of each pair is kept for the next call).
+    public mutating func normal() -> Double {
+        if let s = spare { spare = nil; return s }
+        var u = uniform()
+        while u <= 0 { u = uniform() }
+        let v = uniform()
+        let r = (-2 * log(u)).squareRoot()
+        spare = r * sin(2 * .pi * v)
+        return r * cos(2 * .pi * v)
+    }
+
+    /// True with probability `p`.
+    @inline(__always)
+    public mutating func chance(_ p: Double) -> Bool { p > 0 && uniform() < p }
+}
+
+/// A histogram of durations (seconds) with 0.5% relative resolution from 0.1 ms to about 3 h, plus
+/// exact zero, count, sum and max: percentiles with bounded memory, merged by adding counts (so a
+/// merge gives the same numbers in any order).
+public struct DurationHistogram: Sendable, Hashable {
+    static let minValue = 1e-4
+    static let ratio = 1.005
+    static let bucketCount = 3700
+    private static let logRatio = log(ratio)
+
+    private(set) var buckets: [UInt32]
+    /// The largest value seen in each bucket: quantiles report observed values.
+    private(set) var bucketMax: [Double]
+    /// Values exactly 0 (or below 0.1 ms).
+    public private(set) var zeros: Int = 0
+    public private(set) var count: Int = 0
+    public private(set) var max: Double = 0
+    public private(set) var min: Double = .infinity
+
+    /// An empty histogram.
+    public init() {
+        buckets = Array(repeating: 0, count: Self.bucketCount)
+        bucketMax = Array(repeating: 0, count: Self.bucketCount)
+    }
+
+    /// Adds one value.
+    public mutating func add(_ v: Double) {
+        count += 1
+        if v > max { max = v }
+        if v < min { min = v }
+        guard v >= Self.minValue else { zeros += 1; return }
+        let i = Swift.min(Int(log(v / Self.minValue) / Self.logRatio), Self.bucketCount - 1)
+        buckets[i] &+= 1
+        if v > bucketMax[i] { bucketMax[i] = v }
+    }
+
+    /// Adds every value of another histogram.
+    public mutating func merge(_ other: DurationHistogram) {
+        count += other.count
+        zeros += other.zeros
+        max = Swift.max(max, other.max)
+        min = Swift.min(min, other.min)
+        for i in 0..<Self.bucketCount where other.buckets[i] > 0 {
+            buckets[i] &+= other.buckets[i]
+            bucketMax[i] = Swift.max(bucketMax[i], other.bucketMax[i])
+        }
+    }
+
+    /// The value of rank `k` (1-based, nearest rank), to the bucket's resolution: the largest value
+    /// seen in its bucket (an observed value at most 0.5% above the exact one).
+    public func value(rank k: Int) -> Double {
+        guard count > 0 else { return 0 }
+        let k = Swift.max(1, Swift.min(k, count))
+        if k <= zeros { return Swift.max(min, 0) > Self.minValue ? 0 : Swift.max(min, 0) }
+        var seen = zeros
+        for i in 0..<Self.bucketCount {
+            seen += Int(buckets[i])
+            if seen >= k { return bucketMax[i] }
+        }
+        return max
+    }
+
+    /// The `q` quantile (0...1) by nearest rank.
+    public func quantile(_ q: Double) -> Double {
+        value(rank: Int((q * Double(count)).rounded(.up)))
+    }
+
+    /// A 95% confidence interval of the `q` quantile from the order statistics (binomial, normal
+    /// approximation): the values at ranks `n q ± 1.96 sqrt(n q (1 - q))`.
+    public func quantileInterval(_ q: Double) -> (low: Double, high: Double) {
+        let n = Double(count)
+        let half = 1.96 * (n * q * (1 - q)).squareRoot()
+        let lo = Int((n * q - half).rounded(.down))
+        let hi = Int((n * q + half).rounded(.up)) + 1
+        return (value(rank: lo), value(rank: hi))
+    }
+}
+
+/// Confidence intervals used by reports.
+public enum Confidence {
+    /// The 95% Wilson score interval of a share `k / n`.
+    public static func wilson(_ k: Int, _ n: Int) -> (low: Double, high: Double) {
+        guard n > 0 else { return (0, 1) }
+        let z = 1.96, nn = Double(n), p = Double(k) / nn
+        let denom = 1 + z * z / nn
+        let centre = (p + z * z / (2 * nn)) / denom
+        let half = z * (p * (1 - p) / nn + z * z / (4 * nn * nn)).squareRoot() / denom
+        return (Swift.max(0, centre - half), Swift.min(1, centre + half))
+    }
+
+    /// The 95% normal-approximation interval of a mean from a count, a sum and a sum of squares.
+    public static func mean(count n: Int, sum: Double, sumOfSquares: Double) -> (mean: Double, low: Double, high: Double) {
+        guard n > 0 else { return (0, 0, 0) }
+        let nn = Double(n), m = sum / nn
+        let variance = n > 1 ? Swift.max(0, (sumOfSquares - nn * m * m) / (nn - 1)) : 0
+        let half = 1.96 * (variance / nn).squareRoot()
+        return (m, m - half, m + half)
+    }
+}

@@ -1,0 +1,125 @@
+import CSQLite
+import FlowJSON
+import Foundation
+
+/// An error of the SQLite event store, naming the database file and what went wrong.
+public struct SQLiteSinkError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The database file.
+    public var path: String
+    /// What is wrong and, where it helps, what was expected.
+    public var message: String
+
+    /// An error about the database at `path`.
+    public init(path: String, message: String) {
+        self.path = path; self.message = message
+    }
+
+    /// `path: message`, the line users see.
+    public var description: String { "\(path): \(message)" }
+}
+
+/// SQLite's "copy the bytes now" destructor marker for bound text.
+let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// One open SQLite database handle.
+///
+/// `@unchecked Sendable` is safe because a `Connection` is only ever reached through the `Mutex`
+/// that owns it (the sink's writer or reader state): SQLite is opened in multi-thread mode
+/// (`SQLITE_OPEN_NOMUTEX`), which allows a handle on any thread as long as no two threads use it at
+/// the same time, and the mutex guarantees exactly that. The handle is closed once, in `deinit`.
+final class Connection: @unchecked Sendable {
+    let db: OpaquePointer
+    let path: String
+
+    /// Opens (creating if needed) the database at `path`.
+    init(path: String, readOnly: Bool = false, busyTimeout: Double = 5) throws(SQLiteSinkError) {
+        var handle: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+            if let handle { sqlite3_close_v2(handle) }
+            throw SQLiteSinkError(path: path, message: "cannot open SQLite database: \(message)")
+        }
+        db = handle
+        self.path = path
+        sqlite3_busy_timeout(db, Int32(min(max(0, busyTimeout), 3600) * 1000))
+    }
+
+    deinit { sqlite3_close_v2(db) }
+
+    /// The error for the last failed call on this handle, in words a user can act on.
+    func error(_ what: String, _ rc: Int32? = nil) -> SQLiteSinkError {
+        let code = rc ?? sqlite3_errcode(db)
+        if code & 0xFF == SQLITE_NOTADB {
+            return SQLiteSinkError(path: path, message: "not an SQLite database (expected a flowscope event store or a new file)")
+        }
+        return SQLiteSinkError(path: path, message: "\(what): \(String(cString: sqlite3_errmsg(db)))")
+    }
+
+    /// Runs one or more statements that return no rows.
+    func exec(_ sql: String) throws(SQLiteSinkError) {
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(db, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(rc))
+            sqlite3_free(message)
+            if rc & 0xFF == SQLITE_NOTADB { throw error("", rc) }
+            throw SQLiteSinkError(path: path, message: "\(sql.prefix(40))...: \(text)")
+        }
+    }
+
+    /// Prepares a statement that stays valid for the life of the connection.
+    func prepare(_ sql: String) throws(SQLiteSinkError) -> Statement {
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw error("preparing statement", rc) }
+        return Statement(stmt)
+    }
+
+    /// Reads an integer pragma (`user_version`, ...).
+    func intPragma(_ name: String) throws(SQLiteSinkError) -> Int64 {
+        let stmt = try prepare("PRAGMA \(name)")
+        guard sqlite3_step(stmt.raw) == SQLITE_ROW else { throw error("reading PRAGMA \(name)") }
+        return sqlite3_column_int64(stmt.raw, 0)
+    }
+
+    /// Reads a text pragma (`journal_mode`, ...).
+    func textPragma(_ sql: String) throws(SQLiteSinkError) -> String {
+        let stmt = try prepare(sql)
+        guard sqlite3_step(stmt.raw) == SQLITE_ROW else { throw error("running \(sql)") }
+        return stmt.text(0) ?? ""
+    }
+}
+
+/// A prepared statement, finalized when released. Owned by the same mutex-guarded state as its
+/// `Connection`, so the same reasoning makes `@unchecked Sendable` safe.
+final class Statement: @unchecked Sendable {
+    let raw: OpaquePointer
+    init(_ raw: OpaquePointer) { self.raw = raw }
+    deinit { sqlite3_finalize(raw) }
+
+    func reset() {
+        sqlite3_reset(raw)
+        sqlite3_clear_bindings(raw)
+    }
+
+    func bind(_ index: Int32, _ text: String) { sqlite3_bind_text(raw, index, text, -1, sqliteTransient) }
+    func bind(_ index: Int32, _ text: String?) {
+        if let text { bind(index, text) } else { sqlite3_bind_null(raw, index) }
+    }
+    func bind(_ index: Int32, _ value: Double) { sqlite3_bind_double(raw, index, value) }
+    func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(raw, index, value) }
+
+    func text(_ column: Int32) -> String? {
+        guard let p = sqlite3_column_text(raw, column) else { return nil }
+        return String(cString: p)
+    }
+    func double(_ column: Int32) -> Double { sqlite3_column_double(raw, column) }
+    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(raw, column) }
+}
+
+/// Decodes the `attrs` column (JSON written by `JSONWriter`).
+func decodeAttrs(_ text: String) -> [String: JSONValue]? {
+    (try? JSON5.parse(text))?.objectValue
+}
