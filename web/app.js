@@ -8,6 +8,7 @@ import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/
 import { renderHistogram, percentile } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
+import { renderStrategies, hasStrategies } from './js/strategies.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -207,11 +208,16 @@ function viewEvents() {
 
 function render() {
   const events = viewEvents();
-  const nothing = state.loaded && state.buffer.events.length === 0 && state.runs.every((r) => !r.events) && state.placements.length === 0;
+  const nothing = state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
+    && !hasStrategies(state.runDetail) && !state.runs.some((r) => r.events > 0 || r.kind === 'simulation');
   $('#empty-state').hidden = !nothing;
   document.body.classList.toggle('is-empty', nothing);
 
+  const simulation = hasStrategies(state.runDetail);
+  renderStrategies($('#strategies'), state.runDetail);
   renderPlacements($('#placements'), state.placements);
+  // A saved simulation has no events: its strategies are the whole story.
+  for (const id of ['#summary', '#placements', '#waterfall', '.split']) $(id).hidden = simulation && events.length === 0;
   renderKpis(events);
 
   const calls = groupCalls(events, WATERFALL_CALLS);
@@ -251,7 +257,7 @@ function renderKpis(events) {
   const network = sum((p) => p.sources?.network);
   const ok = sum((p) => Object.values(p.sources ?? {}).reduce((a, b) => a + b, 0));
   const durations = fetchDurations(events).map((s) => s.duration).sort((a, b) => a - b);
-  const summary = state.runDetail?.run;
+  const summary = state.runDetail?.run ?? null;
   const errors = summary && Number.isFinite(summary.errors) ? summary.errors : sum((p) => p.errors);
   const timeouts = sum((p) => p.timeouts);
   const lost = sum((p) => p.targetingLost);
