@@ -116,7 +116,10 @@ async function loadAggregates() {
 async function loadEvents() {
   try {
     const answer = await api.events({ limit: 2000, run: state.run || null });
-    state.buffer.add(Array.isArray(answer.events) ? answer.events : []);
+    const list = Array.isArray(answer.events) ? answer.events : [];
+    state.buffer.add(list);
+    // The server caps a page (1000 events): then the page does not hold the whole last minute.
+    state.pageLimited = list.length >= 1000;
     setLatestSeq(answer.latestSeq);
     state.loaded = true;
   } catch (error) {
@@ -268,12 +271,20 @@ function renderKpis(events) {
   setKpi('timeouts', fmt.count(timeouts), fetches ? `${(timeouts / fetches).toFixed(2)} per fetch` : '', timeouts ? 'warn' : '');
   setKpi('targetingLost', fmt.count(lost), fetches ? `${fmt.percent(lost, fetches)} of fetches` : '', lost ? 'warn' : '');
   setKpi('errors', fmt.count(errors), summary ? 'fetch + preload' : '', errors ? 'bad' : '');
-  const minuteAgo = Date.now() - 60000;
+  // Events of the last minute; when the page holds less than that minute (a capped page or a full
+  // buffer), the rate over the stretch it holds.
+  const now = Date.now();
   let recent = 0;
+  let oldest = null;
+  let coversMinute = false;
   for (let i = events.length - 1; i >= 0; i -= 1) {
-    if (new Date(events[i].ts).getTime() < minuteAgo) break;
+    const ts = new Date(events[i].ts).getTime();
+    if (ts < now - 60000) { coversMinute = true; break; }
     recent += 1;
+    oldest = ts;
   }
+  const partial = !coversMinute && oldest !== null && (state.pageLimited || state.buffer.events.length >= state.buffer.capacity);
+  if (partial) recent = Math.round((recent * 60000) / Math.max(now - oldest, 1000));
   const total = summary?.events ?? (state.run === '' ? state.runs.reduce((s, r) => s + (r.events ?? 0), 0) : null);
   setKpi('rate', fmt.count(recent), total !== null ? `${fmt.count(total)} events total` : '');
 }

@@ -108,7 +108,8 @@ export function groupCalls(events, limit = 30) {
         c.audience = a.audience ?? null;
       } else {
         c.failed = a.failed && typeof a.failed === 'object' ? a.failed : {};
-        c.succeeded = a.succeeded;
+        // `succeeded` is a count or the list of placements that succeeded.
+        c.succeeded = Array.isArray(a.succeeded) ? a.succeeded.length : (Number.isFinite(a.succeeded) ? a.succeeded : null);
       }
       if (Number.isFinite(a.duration)) c.duration = a.duration;
     } else if (e.name === 'request.start') {

@@ -5,7 +5,7 @@ import { svg, tooltip, el, clear, ticks } from './svg.js';
 import { sourceClass } from './placements.js';
 import * as fmt from './format.js';
 
-const LABEL_W = 290;
+const LABEL_W = 340;
 const AXIS_H = 24;
 const CALL_H = 24;
 const REQ_H = 18;
@@ -115,13 +115,9 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
     g.appendChild(svg('circle', { cx: 12, cy: y + CALL_H / 2 - 1, r: 4, class: status }));
     const name = c.placement ?? (c.placements ? `${c.placements.length} placements` : '—');
     g.appendChild(svg('text', { x: 24, y: y + CALL_H / 2 + 3, class: 'wf-name' }, truncate(name, 22)));
-    g.appendChild(svg('text', { x: 24 + Math.min(name.length, 22) * 7.1 + 8, y: y + CALL_H / 2 + 3, class: 'wf-call-kind' }, truncate(c.call ?? '', 14)));
-    if (c.targetingLost) {
-      g.appendChild(tooltip(svg('text', { x: LABEL_W - 64, y: y + CALL_H / 2 + 3, class: 'wf-flag', 'text-anchor': 'end' }, 'lost'), 'targeting lost'));
-    }
-    if (c.errorCode !== null && c.errorCode !== undefined) {
-      g.appendChild(svg('text', { x: LABEL_W - 64, y: y + CALL_H / 2 + 3, class: 'wf-flag bad', 'text-anchor': 'end' }, String(c.errorCode)));
-    }
+    const kindX = 24 + Math.min(name.length, 22) * 7.6 + 8;
+    const kindChars = Math.max(4, Math.floor((LABEL_W - 72 - kindX) / 6.4));
+    g.appendChild(svg('text', { x: kindX, y: y + CALL_H / 2 + 3, class: 'wf-call-kind' }, truncate(c.call ?? '', kindChars)));
     g.appendChild(svg('text', { x: LABEL_W - 10, y: y + CALL_H / 2 + 3, class: 'wf-dur', 'text-anchor': 'end' }, finished ? fmt.duration(end - c.startT) : '…'));
 
     // Call bar.
@@ -129,8 +125,14 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
     const bx = x(0);
     const bw = Math.max(x(end - c.startT) - bx, 2);
     g.appendChild(svg('rect', { x: bx, y: y + 5, width: bw, height: CALL_H - 12, rx: 2, class: `wf-bar call ${barCls}` }));
-    const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: 'wf-bar-label' },
-      finished ? (c.source ?? (c.call === 'preloadFlows' ? `${c.succeeded ?? 0} ok, ${Object.keys(c.failed || {}).length} failed` : 'error')) : 'in progress');
+    const hasError = c.errorCode !== null && c.errorCode !== undefined;
+    const failedCount = Object.keys(c.failed || {}).length;
+    const outcome = !finished ? 'in progress'
+      : hasError ? `error ${fmt.errorCode(c.errorCode)}`
+        : c.call === 'preloadFlows' ? `${c.succeeded ?? 0} ok, ${failedCount} failed${failedCount ? ` (${Object.entries(c.failed).map(([p, code]) => `${p} ${code}`).join(', ')})` : ''}`
+          : (c.source ?? 'done');
+    const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: `wf-bar-label${hasError || failedCount ? ' bad' : ''}` }, outcome);
+    if (c.targetingLost) tail.appendChild(svg('tspan', { class: 'wf-flag', dx: 8 }, 'targeting lost'));
     g.appendChild(tail);
 
     // Requests.
