@@ -223,7 +223,8 @@ function render() {
   for (const id of ['#summary', '#placements', '#waterfall', '.split']) $(id).hidden = simulation && events.length === 0;
   renderKpis(events);
 
-  const calls = groupCalls(events, WATERFALL_CALLS);
+  const nowT = events.length ? events[events.length - 1].t : null;
+  const calls = groupCalls(events, WATERFALL_CALLS, nowT);
   const wf = $('#waterfall');
   renderWaterfall($('#waterfall-chart'), calls, { onSelect: selectTrace, selected: state.selectedTrace });
   wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;

@@ -3,7 +3,7 @@ import { svg, tooltip, clear, ticks } from './svg.js';
 import { SOURCES, sourceClass } from './placements.js';
 import * as fmt from './format.js';
 
-const PAD = { left: 44, right: 14, top: 18, bottom: 34 };
+const PAD = { left: 44, right: 14, top: 26, bottom: 34 };
 
 /** Nearest-rank percentile of sorted values (as the memory sink computes it). */
 export function percentile(sorted, p) {
@@ -79,12 +79,18 @@ export function renderHistogram(container, samples) {
   });
   root.appendChild(bars);
 
+  // Labels above the plot: p50 to the left of its line, p95 to the right, unless the edge is too near.
   for (const [label, v] of [['p50', p50], ['p95', p95]]) {
     const mx = x(v);
     const m = svg('g', { class: `pmark ${label}` });
     m.appendChild(svg('line', { x1: mx, x2: mx, y1: PAD.top - 4, y2: PAD.top + plotH }));
-    const anchor = mx > width - PAD.right - 70 ? 'end' : 'start';
-    m.appendChild(svg('text', { x: anchor === 'end' ? mx - 4 : mx + 4, y: label === 'p50' ? PAD.top + 6 : PAD.top + 20, 'text-anchor': anchor }, `${label} ${fmt.duration(v)}`));
+    let anchor = label === 'p50' ? 'end' : 'start';
+    if (anchor === 'end' && mx < PAD.left + 70) anchor = 'start';
+    if (anchor === 'start' && mx > width - PAD.right - 70) anchor = 'end';
+    // Both labels to the right and close together: p95's goes one line down.
+    const p50Start = x(p50) < PAD.left + 70;
+    const dy = label === 'p95' && p50Start && anchor === 'start' && mx - x(p50) < 90 ? 14 : 0;
+    m.appendChild(svg('text', { x: anchor === 'end' ? mx - 4 : mx + 4, y: PAD.top - 8 + dy, 'text-anchor': anchor }, `${label} ${fmt.duration(v)}`));
     tooltip(m, `${label}: ${fmt.duration(v)}`);
     root.appendChild(m);
   }

@@ -68,7 +68,7 @@ const CALL_END = new Set(['fetch.end', 'preload.end']);
  *   failed, requests: [{span, kind, placement, startT, endT, outcome, status, timeout}], timeouts: [{t, stage, placement}],
  *   fallbacks: [{t, to, reason, placement}], marks: [{t, name, placement}], events }
  */
-export function groupCalls(events, limit = 30) {
+export function groupCalls(events, limit = 30, nowT = null) {
   const byTrace = new Map();
   for (const e of events) {
     if (typeof e.trace !== 'string' || !e.trace) continue;
@@ -96,6 +96,7 @@ export function groupCalls(events, limit = 30) {
       c.call = e.name === 'preload.start' ? 'preloadFlows' : (a.call ?? 'getFlow');
       if (e.placement) c.placement = e.placement;
       if (e.name === 'preload.start' && Array.isArray(a.placements)) c.placements = a.placements;
+      if (Number.isFinite(a.loadTimeout)) c.loadTimeout = a.loadTimeout;
     } else if (CALL_END.has(e.name)) {
       c.hasCall = true;
       c.endT = e.t;
@@ -139,12 +140,24 @@ export function groupCalls(events, limit = 30) {
     if (c.startT === null) { c.startT = c.firstT; c.truncated = true; }
     c.requests = [...c.spans.values()].filter((r) => r.startT !== null || r.endT !== null);
     for (const r of c.requests) if (r.startT === null) r.startT = c.startT;
+    // Still open: up to the newest event seen (the engine clock's "now"), never past the budget.
+    if (Number.isFinite(nowT)) {
+      for (const r of c.requests) {
+        if (r.endT === null) r.openUntil = clampOpen(r.startT, nowT, r.timeout);
+      }
+      if (c.endT === null) c.openUntil = clampOpen(c.startT, nowT, c.loadTimeout);
+    }
     c.requests.sort((x, y) => x.startT - y.startT || x.seq - y.seq);
     delete c.spans;
     calls.push(c);
   }
   calls.sort((x, y) => y.seq - x.seq);
   return calls.slice(0, limit);
+}
+
+function clampOpen(start, nowT, budget) {
+  const limit = Number.isFinite(budget) && budget > 0 ? start + budget : start + 60;
+  return Math.max(start, Math.min(nowT, limit));
 }
 
 function spanOf(c, e) {

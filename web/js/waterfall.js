@@ -46,7 +46,8 @@ function outcomeClass(outcome, ended) {
 
 function callEnd(c) {
   if (c.endT !== null && c.endT !== undefined) return c.endT;
-  return Number.isFinite(c.lastT) ? c.lastT : c.startT;
+  const last = Number.isFinite(c.lastT) ? c.lastT : c.startT;
+  return Number.isFinite(c.openUntil) ? Math.max(c.openUntil, last) : last;
 }
 
 /**
@@ -64,7 +65,7 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
   for (const c of calls) {
     maxSpan = Math.max(maxSpan, callEnd(c) - c.startT);
     for (const r of c.requests) {
-      maxSpan = Math.max(maxSpan, (r.endT ?? r.startT) - c.startT);
+      maxSpan = Math.max(maxSpan, (r.endT ?? r.openUntil ?? r.startT) - c.startT);
     }
   }
   const axisTicks = ticks(Math.max(maxSpan, 0.05), Math.max(3, Math.floor(trackW / 110)));
@@ -141,7 +142,7 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
       const ended = r.endT !== null && r.endT !== undefined;
       const label = `${r.kind ?? 'request'}${c.call === 'preloadFlows' && r.placement ? ` · ${r.placement}` : ''}`;
       g.appendChild(svg('text', { x: 36, y: ry + REQ_H / 2 + 3, class: 'wf-req-name' }, truncate(`↳ ${label}`, 30)));
-      const rdur = (ended ? r.endT : end) - r.startT;
+      const rdur = (ended ? r.endT : Math.max(r.openUntil ?? end, r.startT)) - r.startT;
       const outcomeText = ended ? `${r.outcome ?? '?'}${r.status ? ` ${r.status}` : ''}` : 'pending';
       g.appendChild(svg('text', { x: LABEL_W - 10, y: ry + REQ_H / 2 + 3, class: `wf-req-out ${outcomeClass(r.outcome, ended)}-text`, 'text-anchor': 'end' }, outcomeText));
       const rx = x(r.startT - c.startT);
@@ -153,7 +154,7 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
       const rect = svg('rect', { x: rx, y: ry + 4, width: rw, height: REQ_H - 8, rx: 1.5, class: `wf-bar req ${outcomeClass(r.outcome, ended)}` });
       tooltip(rect, `${label}: ${outcomeText}, ${fmt.duration(rdur)}${Number.isFinite(r.timeout) ? ` (budget ${fmt.duration(r.timeout)})` : ''}${r.bytes ? `, ${fmt.count(r.bytes)} bytes` : ''}; span ${r.span ?? '?'}`);
       g.appendChild(rect);
-      g.appendChild(svg('text', { x: rx + rw + 6, y: ry + REQ_H / 2 + 3, class: 'wf-bar-label small' }, fmt.duration(rdur)));
+      g.appendChild(svg('text', { x: rx + rw + 6, y: ry + REQ_H / 2 + 3, class: 'wf-bar-label small' }, `${fmt.duration(rdur)}${ended ? '' : '…'}`));
       ry += REQ_H;
     }
 
