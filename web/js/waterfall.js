@@ -5,7 +5,6 @@ import { svg, tooltip, el, clear, ticks } from './svg.js';
 import { sourceClass } from './placements.js';
 import * as fmt from './format.js';
 
-const LABEL_W = 340;
 const AXIS_H = 24;
 const CALL_H = 24;
 const REQ_H = 18;
@@ -57,7 +56,10 @@ function callEnd(c) {
 export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
   clear(container);
   if (!calls.length) return null;
-  const width = Math.max(container.clientWidth || 900, 560);
+  const available = container.clientWidth || 900;
+  // Narrow screens: a narrower label column, and the chart scrolls sideways below 480 px.
+  const LABEL_W = available < 760 ? 230 : 340;
+  const width = Math.max(available, 480);
   const trackX = LABEL_W;
   const trackW = width - LABEL_W - RIGHT_PAD;
 
