@@ -129,12 +129,17 @@ async function loadEvents() {
 
 /** After the stream (re)opens: fetch what may have been missed between the page load and the stream. */
 async function fillGap() {
-  const since = state.buffer.latestSeq;
-  if (since === null) return;
   try {
-    const answer = await api.events({ since, limit: 1000, run: state.run || null });
-    if (Array.isArray(answer.events) && state.buffer.add(answer.events).length) scheduleRender();
-    setLatestSeq(answer.latestSeq);
+    // A few pages at most: the buffer keeps 5000 events anyway.
+    for (let page = 0; page < 5; page += 1) {
+      const since = state.buffer.latestSeq;
+      if (since === null) return;
+      const answer = await api.events({ since, limit: 1000, run: state.run || null });
+      const list = Array.isArray(answer.events) ? answer.events : [];
+      if (state.buffer.add(list).length) scheduleRender();
+      setLatestSeq(answer.latestSeq);
+      if (list.length < 1000) return;
+    }
   } catch (error) {
     note(error);
   }

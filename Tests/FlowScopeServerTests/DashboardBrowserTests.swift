@@ -46,7 +46,7 @@ struct DashboardBrowserTests {
         #expect(upsell.contains("2005 networkFailed"), "last preload error: \(upsell)")
 
         #expect(dom.contains("<svg class=\"chart waterfall\""))
-        #expect(HTMLSlice.count(of: "class=\"wf-call", in: dom) == 4, "three getFlow calls and one preloadFlows")
+        #expect(HTMLSlice.count(of: "<g class=\"wf-call\"", in: dom) == 4, "three getFlow calls and one preloadFlows")
         #expect(dom.contains("class=\"timeout-mark\"") && dom.contains("class=\"fallback-mark\""))
         #expect(dom.contains("<svg class=\"chart histogram\""))
         #expect(HTMLSlice.count(of: "<tr class=\"ev ", in: dom) >= ingested, "every event in the tail")
@@ -93,6 +93,14 @@ struct DashboardBrowserTests {
         #expect(row, "the placements table was refreshed after live events")
         #expect(try browser.evaluate("document.querySelectorAll('#waterfall g.wf-call[data-placement=\"winback_offer\"]').length") == .number(1))
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+
+        // The server ends every stream: EventSource reconnects by itself (with Last-Event-ID) and the
+        // page keeps following.
+        stack.hub.closeAll()
+        _ = try stack.ingest(DemoCalls.call(run: "live", placement: "after_reconnect", t: 200, source: "cache", duration: 0.01))
+        let resumed = try browser.waitFor("[...document.querySelectorAll('#tail tbody tr[data-name=\"fetch.end\"] td')].some((td) => td.textContent === 'after_reconnect')", timeout: 30)
+        #expect(resumed, "events after the stream was closed arrived once the page reconnected")
+        #expect(try browser.waitFor("document.querySelector('#conn-state').dataset.state === 'open'"))
     }
 }
 
