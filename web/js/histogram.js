@@ -25,13 +25,17 @@ export function renderHistogram(container, samples) {
 
   const plotW = width - PAD.left - PAD.right;
   const plotH = height - PAD.top - PAD.bottom;
-  const xt = ticks(Math.max(max, 0.01), Math.max(3, Math.floor(plotW / 80)));
+  // A long tail would squash the body: past 2 × p95 the axis stops and the rest is counted in the last bin.
+  const domain = max > p95 * 2.5 ? p95 * 2 : max;
+  const xt = ticks(Math.max(domain, 0.01), Math.max(3, Math.floor(plotW / 80)));
   const xMax = xt[xt.length - 1];
   const binCount = Math.min(60, Math.max(12, Math.floor(plotW / 14)));
   const binW = xMax / binCount;
   const order = SOURCES.map(([k]) => k).concat(['other', 'error']);
   const bins = Array.from({ length: binCount }, () => ({ total: 0, by: new Map() }));
+  let beyond = 0;
   for (const s of samples) {
+    if (s.duration > xMax) beyond += 1;
     const i = Math.min(binCount - 1, Math.floor(s.duration / binW));
     const key = order.includes(s.source) ? s.source : 'other';
     bins[i].total += 1;
@@ -74,7 +78,8 @@ export function renderHistogram(container, samples) {
       acc += n;
     }
     const parts = order.filter((k) => b.by.get(k)).map((k) => `${k} ${b.by.get(k)}`).join(', ');
-    tooltip(g, `${fmt.duration(i * binW)} – ${fmt.duration((i + 1) * binW)}: ${b.total} (${parts})`);
+    const upper = i === binCount - 1 && beyond ? 'and slower' : fmt.duration((i + 1) * binW);
+    tooltip(g, `${fmt.duration(i * binW)} – ${upper}: ${b.total} (${parts})`);
     bars.appendChild(g);
   });
   root.appendChild(bars);
@@ -93,6 +98,10 @@ export function renderHistogram(container, samples) {
     m.appendChild(svg('text', { x: anchor === 'end' ? mx - 4 : mx + 4, y: PAD.top - 8 + dy, 'text-anchor': anchor }, `${label} ${fmt.duration(v)}`));
     tooltip(m, `${label}: ${fmt.duration(v)}`);
     root.appendChild(m);
+  }
+  if (beyond) {
+    root.appendChild(svg('text', { x: width - PAD.right, y: PAD.top - 8, class: 'axis-label', 'text-anchor': 'end' },
+      `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`));
   }
   container.appendChild(root);
   return { p50, p95, count: samples.length };
