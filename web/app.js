@@ -241,7 +241,10 @@ function render() {
   $('#histogram-note').textContent = samples.length ? `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)}` : '';
 
   updateFilterOptions();
-  if (!state.paused) renderTailNow();
+  // While the user reads older rows (scrolled down), the tail holds still; back at the top it follows again.
+  const held = $('.tail-wrap').scrollTop > 4;
+  if (!state.paused && !held) renderTailNow();
+  $('#tail-held').hidden = !held || state.paused;
   setLatestSeq(latestSeq);
 }
 
@@ -348,6 +351,9 @@ function wire() {
     button.setAttribute('aria-pressed', String(state.paused));
     button.textContent = state.paused ? 'Resume' : 'Pause';
     if (!state.paused) renderTailNow();
+  });
+  $('.tail-wrap').addEventListener('scroll', () => {
+    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden) { $('#tail-held').hidden = true; renderTailNow(); }
   });
   $('#trace-detail-close').addEventListener('click', () => { state.selectedTrace = null; render(); });
   window.addEventListener('hashchange', () => {
