@@ -115,7 +115,7 @@ async function loadAggregates() {
 
 async function loadEvents() {
   try {
-    const answer = await api.events({ limit: 2000, run: state.run || null });
+    const answer = await api.events({ limit: 1000, run: state.run || null });
     const list = Array.isArray(answer.events) ? answer.events : [];
     state.buffer.add(list);
     // The server caps a page (1000 events): then the page does not hold the whole last minute.
