@@ -154,10 +154,13 @@ public struct FlowTraceSink: EngineEventSink {
 ///     try await withFlowTrace(onFailure: { message, _ in XCTFail(message) }) { ... }
 /// }
 /// ```
+///
+/// `environment` supplies FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
 public func withFlowTrace<R: Sendable>(_ name: String = #function,
+                                       environment: [String: String] = ProcessInfo.processInfo.environment,
                                        onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil,
                                        _ body: () async throws -> R) async rethrows -> R {
-    let recorder = FlowTraceRecorder(name: FlowTraceRecorder.uniqueName(name), onFailure: onFailure)
+    let recorder = FlowTraceRecorder(name: FlowTraceRecorder.uniqueName(name), environment: environment, onFailure: onFailure)
     do {
         let result = try await FlowTrace.$current.withValue(recorder) { try await body() }
         await recorder.finish()

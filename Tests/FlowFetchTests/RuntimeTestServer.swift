@@ -59,10 +59,14 @@ final class LoopbackServer: Sendable {
     var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
     var requests: [Request] { seen.withLock { $0 } }
 
+    private let listenerClosed = Atomic<Bool>(false)
+
+    /// Stops accepting. The accept thread closes the listening socket itself when it wakes up, so its
+    /// descriptor is never reused under a thread still blocked on it; returns once it is closed.
     func stop() {
-        stopped.store(true, ordering: .relaxed)
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        while !listenerClosed.load(ordering: .relaxed) { usleep(1000) }
     }
 
     /// A port nothing listens on (bound, then closed).
@@ -73,9 +77,11 @@ final class LoopbackServer: Sendable {
     }
 
     private func acceptLoop() {
+        defer { close(listener); listenerClosed.store(true, ordering: .relaxed) }
         while !stopped.load(ordering: .relaxed) {
             let client = accept(listener, nil, nil)
             if client < 0 { if errno == EINTR { continue }; return }
+            if stopped.load(ordering: .relaxed) { close(client); return }
             let t = Thread { [self] in serve(client) }
             t.start()
         }
