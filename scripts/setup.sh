@@ -6,7 +6,7 @@ set -euo pipefail
 # Debian packages: the C libraries the package links, and the real tools the tests use.
 APT_PACKAGES="pkg-config libmicrohttpd-dev libssl-dev libsqlite3-dev sqlite3"
 if [ "${1:-}" = "test" ]; then
-    APT_PACKAGES="$APT_PACKAGES prometheus chromium curl python3-venv"
+    APT_PACKAGES="$APT_PACKAGES prometheus chromium curl openssl python3-venv"
 fi
 
 missing=""

@@ -206,10 +206,15 @@ public final class FlowEngine: CacheView {
 
     /// The backend applied an attribution source to the current profile (observed now).
     public func applyAttribution(_ source: String, now: Double) {
+        applyAttribution(source, now: now, trace: nil)
+    }
+
+    /// Applies attribution; `trace` is the call that observed it (a profile fetch), or nil for a new trace.
+    private func applyAttribution(_ source: String, now: Double, trace observed: TraceID?) {
         guard !profile.appliedAttributionSources.contains(source) else { return }
         profile.appliedAttributionSources.insert(source)
-        let trace = newTrace()
-        lastTrace = trace
+        let trace = observed ?? newTrace()
+        if observed == nil { lastTrace = trace }
         events?.receive(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
                                     span: SpanID(trace: trace, index: 0),
                                     attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
@@ -311,6 +316,9 @@ public final class FlowEngine: CacheView {
             case .storeFlow(let placement, let entry, let keepTargeted):
                 let key = CacheKey(profileId: profile.id, placementId: placement)
                 let result = flowCache.write(key, entry, keepTargeted: keepTargeted)
+                if let corrupt = result.corrupt {
+                    emit(.cacheCorrupt, placement: placement, span: 0, ["key": .string(corrupt.key), "reason": .string(corrupt.reason)], call, now)
+                }
                 if result.stored {
                     emit(.cacheStored, placement: placement, span: 0, ["audience": .string(entry.audienceKind),
                                                                       "bytes": .number(Double(result.bytes))], call, now)
@@ -360,7 +368,7 @@ public final class FlowEngine: CacheView {
                                                          requestTimeout: configuration.requestTimeout, profileId: profile.id)),
                           now: now, reported: false, trace: call.trace, spanBase: call.spanBase + 100_000, origin: call.origin)
             case .applyAttribution(let sources):
-                for source in sources.sorted() { applyAttribution(source, now: now) }
+                for source in sources.sorted() { applyAttribution(source, now: now, trace: call.trace) }
             case .finish(let outcome):
                 finish(id, outcome, now: now)
                 return

@@ -150,19 +150,29 @@ public final class FlowCache {
         public var stored: Bool
         public var bytes: Int
         public var evicted: [Eviction]
+        /// A corrupt entry found (and deleted) while checking for a targeted one.
+        public var corrupt: (key: String, reason: String)?
     }
 
     /// Writes an entry. With `keepTargeted`, an existing targeted entry is left in place (a targeted
     /// entry is never replaced by a default-audience one).
     public func write(_ key: CacheKey, _ entry: CachedFlow, keepTargeted: Bool) -> WriteResult {
-        if keepTargeted, case .hit(let existing, _) = peek(key), !existing.fromDefaultAudience {
-            return WriteResult(stored: false, bytes: 0, evicted: [])
+        var corrupt: (key: String, reason: String)?
+        if keepTargeted {
+            switch peek(key) {
+            case .hit(let existing, _) where !existing.fromDefaultAudience:
+                return WriteResult(stored: false, bytes: 0, evicted: [])
+            case .corrupt(let k, let reason):
+                corrupt = (k, reason)
+            default:
+                break
+            }
         }
         let bytes = CacheEntryCodec.encode(entry, key: key)
         memory[key] = entry
         let evicted = disk.save(key, bytes)
         for e in evicted { memory[e.key] = nil }
-        return WriteResult(stored: memory[key] != nil, bytes: bytes.count, evicted: evicted)
+        return WriteResult(stored: memory[key] != nil, bytes: bytes.count, evicted: evicted, corrupt: corrupt)
     }
 
     /// Drops every other profile's entries (identify).

@@ -9,22 +9,42 @@ public protocol FlowBackend: Sendable {
 }
 
 /// The engine's clock in real time: `now` is wall-clock seconds (so cache ages survive restarts);
-/// deadlines are slept on a monotonic clock.
+/// deadlines run on a monotonic clock.
 public protocol EngineClock: Sendable {
     /// Seconds on the engine's time line.
     func now() -> Double
     /// Returns at engine time `deadline`, or throws when the task is cancelled.
     func sleep(until deadline: Double) async throws
+    /// Calls `action` at engine time `deadline` on a timer thread that does not depend on Swift's
+    /// cooperative thread pool (so a busy pool cannot delay a call's deadline); returns a cancel function.
+    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void
 }
 
-/// The system clock.
+/// The system clock; deadlines fire on a dedicated Dispatch queue.
 public struct SystemClock: EngineClock {
+    private static let timers = DispatchQueue(label: "flowscope.engine.timers", qos: .userInitiated)
+
     public init() {}
     public func now() -> Double { Date().timeIntervalSince1970 }
     public func sleep(until deadline: Double) async throws {
         let seconds = deadline - now()
         if seconds > 0 { try await Task.sleep(for: .seconds(seconds), clock: .continuous) }
     }
+    public func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        let cancelled = CancelFlag()
+        let delay = max(deadline - now(), 0)
+        Self.timers.asyncAfter(deadline: .now() + .nanoseconds(Int(delay * 1e9))) {
+            if !cancelled.isSet { action() }
+        }
+        return { cancelled.set() }
+    }
+}
+
+/// A one-way flag, safe to share between threads.
+final class CancelFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
 }
 
 /// The public async API (named like the paywall SDK the seeds describe), driving the engine's state
@@ -205,7 +225,7 @@ final class Core: Sendable {
 final class Driver: EngineHost {
     unowned(unsafe) var core: Core!
     var requests: [RequestID: Task<Void, Never>] = [:]
-    var timers: [TimerID: Task<Void, Never>] = [:]
+    var timers: [TimerID: @Sendable () -> Void] = [:]
     var waiters: [CallID: CheckedContinuation<Result<CallOutcome, FlowError>, Never>] = [:]
     /// Calls that finished while they started (cache hits), before anyone waited for them.
     var finishedEarly: [CallID: CallOutcome] = [:]
@@ -223,13 +243,10 @@ final class Driver: EngineHost {
 
     func schedule(_ timer: TimerID, at: Double) {
         let core = self.core!
-        timers[timer] = Task {
-            do { try await core.clock.sleep(until: at) } catch { return }
-            core.fire(timer)
-        }
+        timers[timer] = core.clock.schedule(at: at) { core.fire(timer) }
     }
 
-    func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?.cancel() }
+    func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?() }
 
     func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
         if let waiter = waiters.removeValue(forKey: call) {

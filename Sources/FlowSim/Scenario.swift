@@ -20,6 +20,8 @@ public struct Scenario: Sendable {
     public var cache: [CacheSeed]
     public var fallbackFile: [String: FallbackSeed]
     public var requestTimeout: Double
+    /// The flow cache's size cap (`client.cacheMaxBytes`; default 20 MiB).
+    public var cacheMaxBytes: Int = 20 * 1024 * 1024
     public var steps: [Step]
     public var expect: [Expectation]
 }
@@ -130,7 +132,7 @@ public struct FallbackSeed: Sendable, Hashable {
 
 /// A call at a given time.
 public struct Step: Sendable {
-    public init(at: Double, _ call: Call) { self.at = at; self.call = call }
+    public init(at: Double, call: Call) { self.at = at; self.call = call }
 
     public var at: Double
     public var call: Call

@@ -65,10 +65,12 @@ extension Scenario {
         }
 
         var requestTimeout = Budget.defaultRequestTimeout
+        var cacheMaxBytes: Int?
         if let c = o.optional("client") {
             let co = try c.object()
-            try co.rejectUnknownKeys(allowed: ["requestTimeout"])
+            try co.rejectUnknownKeys(allowed: ["requestTimeout", "cacheMaxBytes"])
             if let r = co.optional("requestTimeout") { requestTimeout = try positive(r) }
+            if let m = co.optional("cacheMaxBytes") { cacheMaxBytes = try count(m) }
         }
 
         let stepCursors = try o.required("steps").array()
@@ -79,8 +81,10 @@ extension Scenario {
         if let e = o.optional("expect") {
             for c in try e.array() { expect.append(try decodeExpectation(c, stepCount: steps.count)) }
         }
-        return Scenario(name: name, file: file, profile: profile, backend: backend, network: network, cache: cache,
-                        fallbackFile: fallback, requestTimeout: requestTimeout, steps: steps, expect: expect)
+        var scenario = Scenario(name: name, file: file, profile: profile, backend: backend, network: network, cache: cache,
+                                fallbackFile: fallback, requestTimeout: requestTimeout, steps: steps, expect: expect)
+        if let cacheMaxBytes { scenario.cacheMaxBytes = cacheMaxBytes }
+        return scenario
     }
 
     private static func decodeProfile(_ c: JSONCursor) throws(JSONInputError) -> ScenarioProfile {
@@ -243,7 +247,7 @@ extension Scenario {
             throw callCursor.expected("one of getFlow, getFlowForDefaultAudience, preloadFlows, preloadFlowsForDefaultAudience, getFlowOrDefault, getFlowConfiguration, identify, restart, cancel")
         }
         try o.rejectUnknownKeys(allowed: allowed)
-        return Step(at: at, call)
+        return Step(at: at, call: call)
     }
 
     private static func decodeExpectation(_ c: JSONCursor, stepCount: Int) throws(JSONInputError) -> Expectation {

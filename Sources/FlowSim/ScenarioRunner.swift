@@ -15,7 +15,7 @@ public final class ScenarioRunner: EngineHost {
     public let scenario: Scenario
     private var queue = EventQueue<Due>()
     private var backend: SandboxBackend
-    private let disk = InMemoryDiskStore()
+    private let disk: InMemoryDiskStore
     private let layouts = InMemoryLayoutStore()
     private let fallback: FallbackFile?
     private let collector: EventCollector
@@ -35,6 +35,7 @@ public final class ScenarioRunner: EngineHost {
     public init(_ scenario: Scenario, forward: EngineEventSink? = nil, seed: UInt64 = 1) {
         self.scenario = scenario
         self.collector = EventCollector(forward: forward)
+        self.disk = InMemoryDiskStore(maxBytes: scenario.cacheMaxBytes)
         self.ids = SeededIDs(seed: seed)
         var profiles = [scenario.profile]
         for step in scenario.steps { if case .identify(let p) = step.call { profiles.append(p) } }

@@ -1,0 +1,511 @@
+import CMicroHTTPD
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Why the server could not start: which address, which option, and libmicrohttpd's last words.
+public struct ServerStartError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong, e.g. `cannot listen on 127.0.0.1:8443: Address already in use`.
+    public var message: String
+    /// Creates an error.
+    public init(_ message: String) { self.message = message }
+    /// The message.
+    public var description: String { message }
+}
+
+/// The HTTPS server: libmicrohttpd with GnuTLS, answering through a `Router`.
+///
+/// Threading: one libmicrohttpd daemon with an internal epoll thread per worker, `limits.threads`
+/// workers (default: the number of cores). Every access-handler call, and therefore every route
+/// handler, runs on one of those threads; a connection stays on one worker. Handlers must not block.
+/// Server-Sent Events streams suspend their connection while they have nothing to send and are
+/// resumed by the publishing thread. See Sources/FlowScopeServer/README.md for the limits.
+///
+/// ```swift
+/// let server = try HTTPSServer(config: config, router: router)
+/// try server.start()
+/// print("listening on \(server.baseURL)")
+/// server.stop()
+/// ```
+public final class HTTPSServer: Sendable {
+    /// The configuration the server was built with.
+    public let config: ServerConfig
+    /// The port actually bound (the configured one, or the one the system picked for port 0).
+    public let port: Int
+    /// `https://<bind>:<port>` (`http://` in insecure mode; IPv6 addresses in brackets).
+    public let baseURL: String
+
+    private let context: ServerContext
+    private let listener: Mutex<ListenState>
+
+    private enum ListenState {
+        case bound(Int32)
+        case running(DaemonHandle)
+        case stopped
+    }
+
+    /// Binds the listening socket (so `port` is known) and prepares the daemon; `start()` begins serving.
+    public init(config: ServerConfig, router: Router) throws(ServerStartError) {
+        guard config.insecureHTTP || config.tls != nil else {
+            throw ServerStartError("no TLS certificate: configure server.tls or use --insecure-http")
+        }
+        guard (0...65_535).contains(config.port) else {
+            throw ServerStartError("server.port: expected 0...65535, got \(config.port)")
+        }
+        let (fd, port) = try ListeningSocket.open(bind: config.bind, port: config.port)
+        self.config = config
+        self.port = port
+        let host = config.bind == "localhost" ? "127.0.0.1" : config.bind
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        baseURL = "\(config.insecureHTTP ? "http" : "https")://\(shownHost):\(port)"
+        context = ServerContext(config: config, router: router)
+        listener = Mutex(.bound(fd))
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Starts serving. Throws if libmicrohttpd refuses the options (its log line is in the message).
+    ///
+    /// Sets SIGPIPE to be ignored in the process: a client that goes away mid-write must cost an
+    /// error return, never the process.
+    public func start() throws(ServerStartError) {
+        signal(SIGPIPE, SIG_IGN)
+        try listener.withLock { (state: inout ListenState) throws(ServerStartError) in
+            guard case .bound(let fd) = state else { throw ServerStartError("server already started or stopped") }
+            let handle = try DaemonHandle.start(listenFD: fd, config: config, context: context)
+            state = .running(handle)
+        }
+    }
+
+    /// Stops serving: refuses new connections, ends every event stream (resuming suspended
+    /// connections, as libmicrohttpd requires), waits briefly for them to finish, then stops the daemon.
+    public func stop() {
+        let previous = listener.withLock { state -> ListenState in
+            let previous = state
+            state = .stopped
+            return previous
+        }
+        switch previous {
+        case .bound(let fd): close(fd)
+        case .stopped: return
+        case .running(let handle):
+            context.stopping.store(true, ordering: .releasing)
+            let listenFD = MHD_quiesce_daemon(handle.daemon)
+            if listenFD >= 0 { close(listenFD) }
+            context.closeStreams()
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(2)
+            while context.streamCount > 0 && clock.now < deadline { usleep(2_000) }
+            handle.stop()
+        }
+    }
+
+    /// Event-stream clients connected to this server now.
+    public var eventStreamClients: Int { context.streamCount }
+
+    /// Per-request state objects alive now (0 when idle; a test hook for leaks).
+    var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
+}
+
+/// The listening socket, opened by us so that port 0 can be read back and IPv6 works alike.
+enum ListeningSocket {
+    static func open(bind: String, port: Int) throws(ServerStartError) -> (fd: Int32, port: Int) {
+        let host = bind == "localhost" ? "127.0.0.1" : bind
+        var v4 = sockaddr_in()
+        var v6 = sockaddr_in6()
+        let family: Int32
+        if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+            family = AF_INET
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = in_port_t(UInt16(port).bigEndian)
+        } else if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+            family = AF_INET6
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = in_port_t(UInt16(port).bigEndian)
+        } else {
+            throw ServerStartError("server.bind: expected an IPv4 or IPv6 address or localhost, got \"\(bind)\"")
+        }
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ServerStartError("cannot create a socket: \(StateDirectory.describe(errno: errno))") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        let bound: Int32 = family == AF_INET
+            ? withUnsafePointer(to: &v4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            : withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+        guard bound == 0, listen(fd, 512) == 0 else {
+            let reason = StateDirectory.describe(errno: errno)
+            close(fd)
+            throw ServerStartError("cannot listen on \(bind):\(port): \(reason)")
+        }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        let actual: UInt16 = withUnsafeBytes(of: &storage) { raw in
+            family == AF_INET
+                ? UInt16(bigEndian: raw.load(as: sockaddr_in.self).sin_port)
+                : UInt16(bigEndian: raw.load(as: sockaddr_in6.self).sin6_port)
+        }
+        return (fd, Int(actual))
+    }
+}
+
+/// The running daemon and the C strings it borrows. Owned by `HTTPSServer` under its lock.
+/// @unchecked Sendable: it only holds C pointers that are written once at start and freed once in `stop()`,
+/// which the server calls exactly once (the state machine in `HTTPSServer.stop` guarantees it).
+final class DaemonHandle: @unchecked Sendable {
+    let daemon: OpaquePointer
+    private let strings: [UnsafeMutablePointer<CChar>]
+
+    private init(daemon: OpaquePointer, strings: [UnsafeMutablePointer<CChar>]) {
+        self.daemon = daemon
+        self.strings = strings
+    }
+
+    static func start(listenFD: Int32, config: ServerConfig, context: ServerContext) throws(ServerStartError) -> DaemonHandle {
+        var flags = MHD_USE_EPOLL_INTERNAL_THREAD.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
+            | MHD_USE_ERROR_LOG.rawValue | MHD_USE_TURBO.rawValue
+        var strings: [UnsafeMutablePointer<CChar>] = []
+        let cls = Unmanaged.passUnretained(context).toOpaque()
+        let logger: MHD_LogCallback = mhdLog
+        let uriLog: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = mhdURILog
+        let completed: MHD_RequestCompletedCallback = mhdCompleted
+        var items: [MHD_OptionItem] = [
+            MHD_OptionItem(option: .EXTERNAL_LOGGER, value: unsafeBitCast(logger, to: Int.self), ptr_value: cls),
+            MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(listenFD), ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.limits.maxConnections), ptr_value: nil),
+            MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: max(1, config.limits.maxConnectionsPerIP), ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.limits.maxHeaderBytes), ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(1, config.limits.connectionTimeoutSeconds), ptr_value: nil),
+            MHD_OptionItem(option: .URI_LOG_CALLBACK, value: unsafeBitCast(uriLog, to: Int.self), ptr_value: cls),
+            MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
+        ]
+        if config.limits.threads > 1 {
+            items.append(MHD_OptionItem(option: .THREAD_POOL_SIZE, value: config.limits.threads, ptr_value: nil))
+        }
+        if !config.insecureHTTP, let tls = config.tls {
+            flags |= MHD_USE_TLS.rawValue
+            let key = strdup(tls.keyPEM)!
+            let cert = strdup(tls.certPEM)!
+            let priorities = strdup(config.tlsPriorities)!
+            strings = [key, cert, priorities]
+            items.append(MHD_OptionItem(option: .HTTPS_MEM_KEY, value: 0, ptr_value: UnsafeMutableRawPointer(key)))
+            items.append(MHD_OptionItem(option: .HTTPS_MEM_CERT, value: 0, ptr_value: UnsafeMutableRawPointer(cert)))
+            items.append(MHD_OptionItem(option: .HTTPS_PRIORITIES, value: 0, ptr_value: UnsafeMutableRawPointer(priorities)))
+        }
+        items.append(MHD_OptionItem(option: .END, value: 0, ptr_value: nil))
+        let handler: MHD_AccessHandlerCallback = mhdAccess
+        // MHD_start_daemon is variadic: pass every option through MHD_OPTION_ARRAY so that only
+        // three plain values go through the va_list.
+        let daemon = items.withUnsafeMutableBufferPointer { buffer in
+            withVaList([MHD_OPTION.ARRAY.rawValue, buffer.baseAddress!, MHD_OPTION.END.rawValue]) { va in
+                MHD_start_daemon_va(flags, 0, nil, nil, handler, cls, va)
+            }
+        }
+        guard let daemon else {
+            for s in strings { free(s) }
+            let last = context.lastLogLine()
+            throw ServerStartError("libmicrohttpd did not start on \(config.bind)" + (last.map { ": \($0)" } ?? ""))
+        }
+        return DaemonHandle(daemon: daemon, strings: strings)
+    }
+
+    func stop() {
+        MHD_stop_daemon(daemon)
+        for s in strings { free(s) }
+    }
+}
+
+/// Everything the C callbacks need, reached through an unretained pointer that `HTTPSServer` keeps alive
+/// for as long as the daemon runs.
+final class ServerContext: Sendable {
+    let router: Router
+    let token: AuthToken?
+    let policy: AccessPolicy
+    let maxBodyBytes: Int
+    let log: @Sendable (String) -> Void
+    let stopping = Atomic<Bool>(false)
+    let liveRequests = Atomic<Int>(0)
+    private let streams = Mutex<[ObjectIdentifier: SSEStream]>([:])
+    private let lastLog = Mutex<String?>(nil)
+
+    init(config: ServerConfig, router: Router) {
+        self.router = router
+        token = config.token
+        policy = config.accessPolicy
+        maxBodyBytes = config.limits.maxBodyBytes
+        log = config.log
+    }
+
+    var streamCount: Int { streams.withLock { $0.count } }
+
+    func closeStreams() {
+        for stream in streams.withLock({ Array($0.values) }) { stream.close(dropped: false) }
+    }
+
+    func record(log line: String) {
+        lastLog.withLock { $0 = line }
+        log(line)
+    }
+
+    func lastLogLine() -> String? { lastLog.withLock { $0 } }
+
+    // MARK: request handling (on a daemon worker thread)
+
+    func handle(connection: OpaquePointer, method: String, url: String, state: RequestState,
+                uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+        if !state.headersSeen {
+            state.headersSeen = true
+            if state.rawURI.isEmpty { state.rawURI = url }
+            if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
+            let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
+            let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
+            let waitsForContinue = header(connection, "Expect")?.lowercased() == "100-continue"
+            if length > maxBodyBytes {
+                state.rejection = .error(413, "request body over \(maxBodyBytes) bytes")
+            } else if length > 0 || chunked, router.needsToken(method: method, rawPath: state.rawPath, policy: policy),
+                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false) {
+                state.rejection = .unauthorized()
+            }
+            if let rejection = state.rejection, waitsForContinue || length > maxBodyBytes * 8 {
+                // The client waits for 100 Continue (or the body is absurd): answer now, without
+                // reading the body; libmicrohttpd closes the connection after.
+                return queue(rejection, on: connection, method: method)
+            }
+            // Otherwise read (and discard) the body and answer at its end, so the client is
+            // sure to receive the answer and the connection stays usable. Answering on the first
+            // call would also cost keep-alive.
+            return .YES
+        }
+        if uploadSize.pointee > 0 {
+            let count = uploadSize.pointee
+            if state.rejection == nil, state.body.count + count <= maxBodyBytes, let uploadData {
+                uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
+                    state.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
+                }
+            } else {
+                if state.rejection == nil { state.rejection = .error(413, "request body over \(maxBodyBytes) bytes") }
+                state.body = []
+            }
+            uploadSize.pointee = 0
+            return .YES
+        }
+        if let rejection = state.rejection {
+            return queue(rejection, on: connection, method: method)
+        }
+        guard let queryItems = PercentDecoding.queryItems(state.rawQuery) else {
+            return queue(.error(400, "malformed percent-encoding in the query"), on: connection, method: method)
+        }
+        let request = Request(method: method, path: state.rawPath, rawPath: state.rawPath, queryItems: queryItems,
+                              headers: headers(connection), body: state.body,
+                              remoteAddress: ClientAddress.of(connection) ?? "", pathParameters: [:])
+        let response = router.respond(to: request, token: token, policy: policy)
+        if case .eventStream(let hub) = response.body, method != "HEAD" {
+            return startStream(hub, response: response, request: request, on: connection)
+        }
+        return queue(response, on: connection, method: method)
+    }
+
+    private func startStream(_ hub: SSEHub, response: Response, request: Request, on connection: OpaquePointer) -> MHD_Result {
+        if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: "GET") }
+        let lastEventID = request.header("last-event-id").flatMap { UInt64($0.trimmingSpaces) }
+        let stream = hub.subscribe(connection: ConnectionRef(raw: connection), lastEventID: lastEventID) { [weak self] stream in
+            _ = self?.streams.withLock { $0.removeValue(forKey: ObjectIdentifier(stream)) }
+        }
+        streams.withLock { $0[ObjectIdentifier(stream)] = stream }
+        let reader: MHD_ContentReaderCallback = sseRead
+        let free: MHD_ContentReaderFreeCallback = sseFree
+        // The response owns one retain of the stream, given back in the free callback.
+        let retained = Unmanaged.passRetained(stream).toOpaque()
+        guard let raw = MHD_create_response_from_callback(UInt64.max, 16 * 1024, reader, retained, free) else {
+            Unmanaged<SSEStream>.fromOpaque(retained).release()
+            stream.close(dropped: true)
+            stream.finished()
+            return .NO
+        }
+        defer { MHD_destroy_response(raw) }
+        addHeaders(response, to: raw)
+        if stopping.load(ordering: .acquiring) { stream.close(dropped: false) }
+        return MHD_queue_response(connection, UInt32(response.status), raw)
+    }
+
+    private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
+        var bytes = response.bodyBytes
+        let created = bytes.withUnsafeMutableBytes {
+            MHD_create_response_from_buffer($0.count, $0.baseAddress, .RESPMEM_MUST_COPY)
+        }
+        guard let raw = created else { return .NO }
+        defer { MHD_destroy_response(raw) }
+        addHeaders(response, to: raw)
+        return MHD_queue_response(connection, UInt32(clamping: response.status), raw)
+    }
+
+    private func addHeaders(_ response: Response, to raw: OpaquePointer) {
+        var hasCacheControl = false
+        for (name, value) in response.headers {
+            switch name.lowercased() {
+            case "content-length", "connection", "transfer-encoding", "date": continue
+            case "cache-control": hasCacheControl = true
+            default: break
+            }
+            MHD_add_response_header(raw, name, value)
+        }
+        if !hasCacheControl { MHD_add_response_header(raw, "Cache-Control", "no-store") }
+        for (name, value) in SecurityHeaders.fields { MHD_add_response_header(raw, name, value) }
+    }
+
+    private func header(_ connection: OpaquePointer, _ name: String) -> String? {
+        MHD_lookup_connection_value(connection, .HEADER_KIND, name).map { String(cString: $0) }
+    }
+
+    private func headers(_ connection: OpaquePointer) -> [String: String] {
+        let collector = HeaderCollector()
+        let iterator: MHD_KeyValueIterator = mhdHeader
+        withExtendedLifetime(collector) {
+            _ = MHD_get_connection_values(connection, .HEADER_KIND, iterator, Unmanaged.passUnretained(collector).toOpaque())
+        }
+        return collector.fields
+    }
+}
+
+/// Per-request state, created in the URI-log callback and released in the completed callback.
+/// Only the worker thread serving the connection touches it.
+final class RequestState {
+    var rawURI: String
+    var headersSeen = false
+    var body: [UInt8] = []
+    /// The answer decided before the body was read (413, 401); the body is discarded.
+    var rejection: Response?
+
+    init(rawURI: String) { self.rawURI = rawURI }
+
+    var rawPath: String {
+        guard let mark = rawURI.firstIndex(where: { $0 == "?" || $0 == "#" }) else { return rawURI }
+        return String(rawURI[..<mark])
+    }
+
+    var rawQuery: String {
+        guard let mark = rawURI.firstIndex(of: "?") else { return "" }
+        let rest = rawURI[rawURI.index(after: mark)...]
+        return String(rest.prefix { $0 != "#" })
+    }
+}
+
+final class HeaderCollector {
+    var fields: [String: String] = [:]
+}
+
+extension String {
+    var trimmingSpaces: String {
+        var s = Substring(self)
+        while s.first == " " || s.first == "\t" { s = s.dropFirst() }
+        while s.last == " " || s.last == "\t" { s = s.dropLast() }
+        return String(s)
+    }
+}
+
+/// The client's address, through `MHD_get_connection_info`.
+///
+/// That function is C-variadic, which Swift cannot call directly. For MHD_CONNECTION_INFO_CLIENT_ADDRESS
+/// it reads no variadic argument, so it is called through a non-variadic pointer of the same fixed
+/// parameters: the fixed arguments are passed identically on the SysV x86-64 and AAPCS64 ABIs.
+enum ClientAddress {
+    private typealias Info = @convention(c) (OpaquePointer?, UInt32) -> UnsafeRawPointer?
+    private static let function: Info? = {
+        guard let handle = dlopen(nil, RTLD_NOW), let symbol = dlsym(handle, "MHD_get_connection_info") else { return nil }
+        return unsafeBitCast(symbol, to: Info.self)
+    }()
+
+    static func of(_ connection: OpaquePointer) -> String? {
+        guard let function, let info = function(connection, MHD_ConnectionInfoType.CONNECTION_INFO_CLIENT_ADDRESS.rawValue),
+              let address = info.load(as: UnsafePointer<sockaddr>?.self) else { return nil }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(address.pointee.sa_family) {
+        case AF_INET:
+            var sin = UnsafeRawPointer(address).load(as: sockaddr_in.self)
+            guard inet_ntop(AF_INET, &sin.sin_addr, &text, socklen_t(text.count)) != nil else { return nil }
+        case AF_INET6:
+            var sin6 = UnsafeRawPointer(address).load(as: sockaddr_in6.self)
+            guard inet_ntop(AF_INET6, &sin6.sin6_addr, &text, socklen_t(text.count)) != nil else { return nil }
+        default:
+            return nil
+        }
+        return text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+}
+
+// MARK: - C entry points (top-level functions convert to @convention(c); no captures)
+
+private func mhdAccess(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, url: UnsafePointer<CChar>?,
+                       method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?,
+                       uploadData: UnsafePointer<CChar>?, uploadDataSize: UnsafeMutablePointer<Int>?,
+                       conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
+    guard let cls, let connection, let url, let method, let uploadDataSize, let conCls else { return .NO }
+    let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
+    let state: RequestState
+    if let raw = conCls.pointee {
+        state = Unmanaged<RequestState>.fromOpaque(raw).takeUnretainedValue()
+    } else {
+        state = RequestState(rawURI: String(cString: url))
+        conCls.pointee = Unmanaged.passRetained(state).toOpaque()
+        context.liveRequests.add(1, ordering: .relaxed)
+    }
+    return context.handle(connection: connection, method: String(cString: method), url: String(cString: url),
+                          state: state, uploadData: uploadData, uploadSize: uploadDataSize)
+}
+
+private func mhdURILog(cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?, connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
+    guard let cls else { return nil }
+    let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
+    context.liveRequests.add(1, ordering: .relaxed)
+    let state = RequestState(rawURI: uri.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: strlen($0)), as: UTF8.self) } ?? "")
+    return Unmanaged.passRetained(state).toOpaque()
+}
+
+private func mhdCompleted(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
+                          conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, toe: MHD_RequestTerminationCode) {
+    guard let cls, let conCls, let raw = conCls.pointee else { return }
+    Unmanaged<RequestState>.fromOpaque(raw).release()
+    conCls.pointee = nil
+    Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().liveRequests.subtract(1, ordering: .relaxed)
+}
+
+private func mhdHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key: UnsafePointer<CChar>?,
+                       value: UnsafePointer<CChar>?) -> MHD_Result {
+    guard let cls, let key else { return .YES }
+    let collector = Unmanaged<HeaderCollector>.fromOpaque(cls).takeUnretainedValue()
+    let name = String(cString: key).lowercased()
+    let text = value.map { String(cString: $0) } ?? ""
+    if let existing = collector.fields[name] {
+        collector.fields[name] = existing + ", " + text
+    } else {
+        collector.fields[name] = text
+    }
+    return .YES
+}
+
+private func mhdLog(cls: UnsafeMutableRawPointer?, format: UnsafePointer<CChar>?, arguments: CVaListPointer?) {
+    guard let cls, let format, let arguments else { return }
+    var buffer = [CChar](repeating: 0, count: 1024)
+    _ = vsnprintf(&buffer, buffer.count, format, arguments)
+    var line = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    while line.hasSuffix("\n") { line.removeLast() }
+    Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().record(log: line)
+}
+
+private func sseRead(cls: UnsafeMutableRawPointer?, position: UInt64, buffer: UnsafeMutablePointer<CChar>?, max: Int) -> Int {
+    guard let cls, let buffer else { return MHD_CONTENT_READER_END_WITH_ERROR }
+    return Unmanaged<SSEStream>.fromOpaque(cls).takeUnretainedValue().read(into: buffer, max: max)
+}
+
+private func sseFree(cls: UnsafeMutableRawPointer?) {
+    guard let cls else { return }
+    Unmanaged<SSEStream>.fromOpaque(cls).takeRetainedValue().finished()
+}

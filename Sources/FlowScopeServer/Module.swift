@@ -1,1 +1,0 @@
-// FlowScopeServer: see the issue that builds it.

@@ -1,0 +1,109 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// How the HTTPS server listens, what it presents and how much it accepts.
+///
+/// ```swift
+/// let tls = try TLSMaterial.loadOrCreate(stateDir: ".flowscope")
+/// let token = try AuthToken.loadOrCreate(stateDir: ".flowscope")
+/// let config = ServerConfig(bind: "127.0.0.1", port: 8443, tls: tls, token: token)
+/// ```
+public struct ServerConfig: Sendable {
+    /// Address to listen on: an IPv4 or IPv6 literal, or `localhost` (127.0.0.1). Default 127.0.0.1.
+    public var bind: String
+    /// Port to listen on; 0 picks a free one (read it back from `HTTPSServer.port`). Default 8443.
+    public var port: Int
+    /// Certificate and key; required unless `insecureHTTP` is set.
+    public var tls: TLSMaterial?
+    /// Serve plain HTTP instead of HTTPS (`--insecure-http`, for local debugging only).
+    public var insecureHTTP: Bool
+    /// The bearer token; with none, routes that need a token always answer 401.
+    public var token: AuthToken?
+    /// Resource limits.
+    public var limits: ServerLimits
+    /// GnuTLS priority string: TLS 1.3 and 1.2 only, forward-secret key exchange, server order.
+    public var tlsPriorities: String
+    /// Receives libmicrohttpd's own diagnostics (one line each). Default: dropped.
+    public var log: @Sendable (String) -> Void
+
+    /// The default GnuTLS priorities: TLS 1.2 minimum, no static-RSA key exchange.
+    public static let defaultTLSPriorities =
+        "SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-RSA:-VERS-SSL3.0:%SERVER_PRECEDENCE"
+
+    /// A configuration; everything but the TLS material has a default.
+    public init(bind: String = "127.0.0.1", port: Int = 8443, tls: TLSMaterial?, insecureHTTP: Bool = false,
+                token: AuthToken? = nil, limits: ServerLimits = ServerLimits(),
+                tlsPriorities: String = ServerConfig.defaultTLSPriorities,
+                log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.bind = bind
+        self.port = port
+        self.tls = tls
+        self.insecureHTTP = insecureHTTP
+        self.token = token
+        self.limits = limits
+        self.tlsPriorities = tlsPriorities
+        self.log = log
+    }
+
+    /// Who needs the token, decided by the bind address.
+    public var accessPolicy: AccessPolicy { AccessPolicy(bindAddress: bind) }
+}
+
+/// Resource limits of the server.
+public struct ServerLimits: Sendable, Equatable {
+    /// Open connections in total (libmicrohttpd splits this across its worker threads). Default 512.
+    public var maxConnections: Int
+    /// Open connections from one client address; further ones are closed at once. Default 32.
+    public var maxConnectionsPerIP: Int
+    /// Per-connection memory, which bounds the request line plus headers (431/414 beyond). Default 32 KiB.
+    public var maxHeaderBytes: Int
+    /// Request body cap; larger bodies get 413. Default 1 MiB.
+    public var maxBodyBytes: Int
+    /// Idle connections are closed after this many seconds (SSE streams are kept alive by heartbeats). Default 30.
+    public var connectionTimeoutSeconds: Int
+    /// libmicrohttpd worker threads (epoll each); default the number of online cores.
+    public var threads: Int
+
+    /// Limits with the defaults above, overridable one by one.
+    public init(maxConnections: Int = 512, maxConnectionsPerIP: Int = 32, maxHeaderBytes: Int = 32 * 1024,
+                maxBodyBytes: Int = 1 << 20, connectionTimeoutSeconds: Int = 30, threads: Int? = nil) {
+        self.maxConnections = maxConnections
+        self.maxConnectionsPerIP = maxConnectionsPerIP
+        self.maxHeaderBytes = maxHeaderBytes
+        self.maxBodyBytes = maxBodyBytes
+        self.connectionTimeoutSeconds = connectionTimeoutSeconds
+        self.threads = threads ?? max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+    }
+}
+
+/// Which requests need the bearer token.
+///
+/// Bound to loopback, reads are open and only routes marked `requiresToken` (ingest) need it.
+/// Bound elsewhere, every route needs it except `GET /healthz`, which reveals nothing and
+/// must answer liveness probes that carry no credentials.
+public enum AccessPolicy: Sendable, Equatable {
+    /// Loopback: only `requiresToken` routes are guarded.
+    case loopbackReadsOpen
+    /// Any other address: everything but /healthz is guarded.
+    case tokenEverywhere
+
+    /// The policy for a bind address: loopback for `localhost`, 127.0.0.0/8 and ::1.
+    public init(bindAddress: String) {
+        self = Self.isLoopback(bindAddress) ? .loopbackReadsOpen : .tokenEverywhere
+    }
+
+    /// Whether `address` is a loopback address.
+    public static func isLoopback(_ address: String) -> Bool {
+        if address == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, address, &v4) == 1 { return (UInt32(bigEndian: v4.s_addr) >> 24) == 127 }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, address, &v6) == 1 {
+            return withUnsafeBytes(of: &v6) { $0.prefix(15).allSatisfy { $0 == 0 } && $0[15] == 1 }
+        }
+        return false
+    }
+}

@@ -1,0 +1,237 @@
+import COpenSSL
+
+/// A problem with a file the server reads or writes (certificate, key, token, state directory), naming it.
+public struct ServerFileError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The file or directory at fault.
+    public var path: String
+    /// What is wrong and what was expected.
+    public var message: String
+
+    /// Creates an error about `path`.
+    public init(path: String, message: String) {
+        self.path = path
+        self.message = message
+    }
+
+    /// One line: `path: message`.
+    public var description: String { "\(path): \(message)" }
+}
+
+/// The certificate and private key the HTTPS server presents, as PEM text.
+///
+/// With no certificate configured, `loadOrCreate(stateDir:)` generates an EC P-256 key and a
+/// self-signed certificate for `localhost`, `127.0.0.1` and `::1` on first start and reuses them later.
+/// A configured pair is read with `load(certPath:keyPath:)`, which checks that the key matches.
+public struct TLSMaterial: Sendable, Equatable {
+    /// The certificate, PEM.
+    public var certPEM: String
+    /// The private key, PEM (PKCS#8, unencrypted).
+    public var keyPEM: String
+    /// SHA-256 of the certificate's DER encoding, as `AB:CD:...` (how `openssl x509 -fingerprint` prints it).
+    public var fingerprint: String
+    /// Where the certificate lives.
+    public var certPath: String
+    /// Where the private key lives.
+    public var keyPath: String
+
+    /// The certificate file inside a state directory: `<stateDir>/tls/cert.pem`.
+    public static func certPath(stateDir: String) -> String { stateDir + "/tls/cert.pem" }
+    /// The key file inside a state directory: `<stateDir>/tls/key.pem`.
+    public static func keyPath(stateDir: String) -> String { stateDir + "/tls/key.pem" }
+
+    /// Loads the generated pair from `<stateDir>/tls/`, creating it first when absent.
+    ///
+    /// Directories are created with mode 0700 and the key file with mode 0600.
+    /// A half-present pair (only one of the two files) is an error rather than silently replaced.
+    public static func loadOrCreate(stateDir: String = ".flowscope") throws(ServerFileError) -> TLSMaterial {
+        if !StateDirectory.exists(stateDir + "/tls") { try StateDirectory.create(stateDir) }
+        return try loadOrCreate(tlsDirectory: stateDir + "/tls")
+    }
+
+    /// Loads the generated pair from `<tlsDirectory>/cert.pem` and `key.pem` (config `server.tls.dir`),
+    /// creating the directory (mode 0700) and the pair when absent.
+    public static func loadOrCreate(tlsDirectory: String) throws(ServerFileError) -> TLSMaterial {
+        let cert = tlsDirectory + "/cert.pem"
+        let key = tlsDirectory + "/key.pem"
+        let haveCert = StateDirectory.exists(cert)
+        let haveKey = StateDirectory.exists(key)
+        if haveCert && haveKey { return try load(certPath: cert, keyPath: key) }
+        if haveCert != haveKey {
+            let missing = haveCert ? key : cert
+            throw ServerFileError(path: missing, message: "missing while its pair exists; remove both files to regenerate")
+        }
+        try StateDirectory.create(tlsDirectory)
+        let generated = try generateSelfSigned()
+        try StateDirectory.writeFile(key, contents: generated.keyPEM, mode: 0o600)
+        try StateDirectory.writeFile(cert, contents: generated.certPEM, mode: 0o644)
+        return try load(certPath: cert, keyPath: key)
+    }
+
+    /// Reads a configured certificate and key; each must exist, be PEM, and the key must match the certificate.
+    public static func load(certPath: String, keyPath: String) throws(ServerFileError) -> TLSMaterial {
+        let certPEM = try StateDirectory.readFile(certPath, what: "a PEM certificate")
+        let keyPEM = try StateDirectory.readFile(keyPath, what: "a PEM private key")
+        let cert = try X509Box(pem: certPEM, path: certPath)
+        let key = try PrivateKeyBox(pem: keyPEM, path: keyPath)
+        guard X509_check_private_key(cert.raw, key.raw) == 1 else {
+            ERR_clear_error()
+            throw ServerFileError(path: keyPath, message: "private key does not match the certificate \(certPath)")
+        }
+        return TLSMaterial(certPEM: certPEM, keyPEM: keyPEM, fingerprint: try cert.sha256Fingerprint(path: certPath),
+                           certPath: certPath, keyPath: keyPath)
+    }
+
+    /// Colon-separated uppercase hex of the SHA-256 of the first certificate in `pem`.
+    public static func fingerprint(ofPEM pem: String) throws(ServerFileError) -> String {
+        try X509Box(pem: pem, path: "<memory>").sha256Fingerprint(path: "<memory>")
+    }
+
+    /// A fresh EC P-256 key and a self-signed certificate (SAN DNS:localhost, IP:127.0.0.1, IP:::1),
+    /// valid from an hour ago for `days` days. Nothing is written.
+    public static func generateSelfSigned(days: Int = 825) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
+        do {
+            return try SelfSigned.generate(days: days)
+        } catch {
+            throw ServerFileError(path: "<generated>", message: "certificate generation failed: \(error.detail)")
+        }
+    }
+}
+
+/// An OpenSSL failure at one step, with OpenSSL's own reason.
+struct OpenSSLFailure: Error {
+    let detail: String
+    init(_ step: String) {
+        let code = ERR_get_error()
+        ERR_clear_error()
+        var buf = [CChar](repeating: 0, count: 256)
+        ERR_error_string_n(code, &buf, buf.count)
+        let reason = buf.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        detail = "\(step): \(reason)"
+    }
+}
+
+/// Owns an `X509 *`; used within one call.
+final class X509Box {
+    let raw: OpaquePointer
+    init(pem: String, path: String) throws(ServerFileError) {
+        guard pem.contains("-----BEGIN CERTIFICATE-----") else {
+            throw ServerFileError(path: path, message: "expected a PEM certificate (-----BEGIN CERTIFICATE-----)")
+        }
+        let parsed: OpaquePointer? = withMemoryBIO(pem) { PEM_read_bio_X509($0, nil, nil, nil) }
+        guard let parsed else {
+            let failure = OpenSSLFailure("PEM_read_bio_X509")
+            throw ServerFileError(path: path, message: "not a readable PEM certificate (\(failure.detail))")
+        }
+        raw = parsed
+    }
+    deinit { X509_free(raw) }
+
+    func sha256Fingerprint(path: String) throws(ServerFileError) -> String {
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        guard X509_digest(raw, EVP_sha256(), &digest, &length) == 1 else {
+            throw ServerFileError(path: path, message: "cannot hash the certificate (\(OpenSSLFailure("X509_digest").detail))")
+        }
+        return digest.prefix(Int(length)).map { hexByte($0, uppercase: true) }.joined(separator: ":")
+    }
+}
+
+/// Owns an `EVP_PKEY *`; used within one call.
+final class PrivateKeyBox {
+    let raw: OpaquePointer
+    init(pem: String, path: String) throws(ServerFileError) {
+        guard pem.contains("PRIVATE KEY-----") else {
+            throw ServerFileError(path: path, message: "expected a PEM private key (-----BEGIN PRIVATE KEY-----)")
+        }
+        guard !pem.contains("ENCRYPTED") else {
+            throw ServerFileError(path: path, message: "the private key is encrypted; expected an unencrypted PEM key")
+        }
+        // An explicit no-password callback: OpenSSL's default would prompt on the terminal.
+        let parsed: OpaquePointer? = withMemoryBIO(pem) { PEM_read_bio_PrivateKey($0, nil, noPassword, nil) }
+        guard let parsed else {
+            let failure = OpenSSLFailure("PEM_read_bio_PrivateKey")
+            throw ServerFileError(path: path, message: "not a readable unencrypted PEM private key (\(failure.detail))")
+        }
+        raw = parsed
+    }
+    deinit { EVP_PKEY_free(raw) }
+}
+
+/// A PEM password callback that supplies none.
+private func noPassword(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int32, _ writing: Int32, _ context: UnsafeMutableRawPointer?) -> Int32 {
+    -1
+}
+
+/// Runs `body` with a read-only memory BIO over `text`.
+func withMemoryBIO<T>(_ text: String, _ body: (OpaquePointer) -> T?) -> T? {
+    var bytes = Array(text.utf8)
+    return bytes.withUnsafeMutableBytes { buffer -> T? in
+        guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+        defer { BIO_free(bio) }
+        return body(bio)
+    }
+}
+
+func hexByte(_ byte: UInt8, uppercase: Bool) -> String {
+    let digits: [Character] = uppercase ? Array("0123456789ABCDEF") : Array("0123456789abcdef")
+    return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
+}
+
+/// Key and certificate generation with non-variadic OpenSSL 3 calls (EVP_EC_gen is a variadic macro).
+enum SelfSigned {
+    static func generate(days: Int) throws(OpenSSLFailure) -> (certPEM: String, keyPEM: String) {
+        guard let kctx = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else { throw OpenSSLFailure("EVP_PKEY_CTX_new_from_name") }
+        defer { EVP_PKEY_CTX_free(kctx) }
+        guard EVP_PKEY_keygen_init(kctx) == 1 else { throw OpenSSLFailure("EVP_PKEY_keygen_init") }
+        guard EVP_PKEY_CTX_set_group_name(kctx, "P-256") == 1 else { throw OpenSSLFailure("EVP_PKEY_CTX_set_group_name") }
+        var generated: OpaquePointer?
+        guard EVP_PKEY_generate(kctx, &generated) == 1, let pkey = generated else { throw OpenSSLFailure("EVP_PKEY_generate") }
+        defer { EVP_PKEY_free(pkey) }
+
+        guard let x509 = X509_new() else { throw OpenSSLFailure("X509_new") }
+        defer { X509_free(x509) }
+        guard X509_set_version(x509, 2) == 1 else { throw OpenSSLFailure("X509_set_version") }  // v3
+        guard let serial = BN_new() else { throw OpenSSLFailure("BN_new") }
+        defer { BN_free(serial) }
+        guard BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1,
+              BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x509)) != nil else { throw OpenSSLFailure("serial number") }
+        guard X509_gmtime_adj(X509_getm_notBefore(x509), -3600) != nil,
+              X509_gmtime_adj(X509_getm_notAfter(x509), days * 86_400) != nil else { throw OpenSSLFailure("validity") }
+        guard X509_set_pubkey(x509, pkey) == 1 else { throw OpenSSLFailure("X509_set_pubkey") }
+        let name = X509_get_subject_name(x509)
+        guard X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, "localhost", -1, -1, 0) == 1,
+              X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, "FlowScope", -1, -1, 0) == 1,
+              X509_set_issuer_name(x509, name) == 1 else { throw OpenSSLFailure("subject name") }
+
+        var v3 = X509V3_CTX()
+        X509V3_set_ctx(&v3, x509, x509, nil, nil, 0)  // X509V3_set_ctx_nodb is a macro; zeroed db does the same
+        let extensions: [(Int32, String)] = [
+            (NID_basic_constraints, "critical,CA:FALSE"),
+            (NID_key_usage, "critical,digitalSignature"),
+            (NID_ext_key_usage, "serverAuth"),
+            (NID_subject_key_identifier, "hash"),
+            (NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1"),
+        ]
+        for (nid, value) in extensions {
+            guard let ext = X509V3_EXT_nconf_nid(nil, &v3, nid, value) else { throw OpenSSLFailure("extension \(value)") }
+            defer { X509_EXTENSION_free(ext) }
+            guard X509_add_ext(x509, ext, -1) == 1 else { throw OpenSSLFailure("X509_add_ext") }
+        }
+        guard X509_sign(x509, pkey, EVP_sha256()) > 0 else { throw OpenSSLFailure("X509_sign") }
+
+        let keyPEM = try pem { PEM_write_bio_PrivateKey($0, pkey, nil, nil, 0, nil, nil) }
+        let certPEM = try pem { PEM_write_bio_X509($0, x509) }
+        return (certPEM, keyPEM)
+    }
+
+    /// Writes into a memory BIO and reads it back (BIO_get_mem_data is a macro).
+    private static func pem(_ write: (OpaquePointer) -> Int32) throws(OpenSSLFailure) -> String {
+        guard let bio = BIO_new(BIO_s_mem()) else { throw OpenSSLFailure("BIO_new") }
+        defer { BIO_free(bio) }
+        guard write(bio) == 1 else { throw OpenSSLFailure("PEM_write") }
+        let count = Int(BIO_ctrl_pending(bio))
+        var bytes = [UInt8](repeating: 0, count: count)
+        guard BIO_read(bio, &bytes, Int32(count)) == Int32(count) else { throw OpenSSLFailure("BIO_read") }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
