@@ -14,7 +14,7 @@ public struct StubRequest: Sendable {
     public var method: String
     /// The path as sent (percent-encoded).
     public var rawPath: String
-    /// The query string, without `?`.
+    /// The query arguments (as sent, percent-encoded), as `name=value` joined by `&`, sorted by name.
     public var query: String
     /// Header fields, names lowercased.
     public var headers: [String: String]
@@ -75,12 +75,15 @@ public final class StubBackendServer: Sendable {
         let cls = Unmanaged.passUnretained(context).toOpaque()
         let completed: MHD_RequestCompletedCallback = stubCompleted
         let logger: MHD_LogCallback = stubLog
+        let unescape: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = stubKeepEscaped
         var items: [MHD_OptionItem] = [
             MHD_OptionItem(option: .EXTERNAL_LOGGER, value: unsafeBitCast(logger, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(fd), ptr_value: nil),
             MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: 512, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: 600, ptr_value: nil),
+            // Keep the path percent-encoded, so that an encoded `/` inside a placement id stays one segment.
+            MHD_OptionItem(option: .UNESCAPE_CALLBACK, value: unsafeBitCast(unescape, to: Int.self), ptr_value: nil),
         ]
         var strings: [UnsafeMutablePointer<CChar>] = []
         if let tls {
@@ -242,6 +245,8 @@ final class StubExchange: @unchecked Sendable {
         var waited = false
         var suspended = false
         var finished = false
+        /// The client went away while the request hung: close the connection when resumed.
+        var abandoned = false
         var drip = 0
         var nextDripAt = ContinuousClock.now
     }
@@ -288,24 +293,35 @@ final class StubContext: Sendable {
 
     func resumeAll() { for e in live.withLock({ Array($0.values) }) { e.resume() } }
 
-    /// Hung connections are resumed every half second so that a client that went away is noticed and
-    /// its connection closed (a suspended connection is not polled); a live one is suspended again.
+    /// Every half second, hung connections whose client went away (the socket reads end-of-file) are
+    /// resumed and closed: a suspended connection is not polled by libmicrohttpd, so it would never notice.
     func startPoking() {
         DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { [weak self] in
             guard let self, !self.stopping.load(ordering: .relaxed) else { return }
-            for e in self.live.withLock({ Array($0.values) }) where e.state.withLock({ $0.plan.map { if case .hang = $0.reply { true } else { false } } ?? false }) {
-                e.resume()
+            for e in self.live.withLock({ Array($0.values) }) {
+                let gone = e.state.withLock { s -> Bool in
+                    guard s.suspended, !s.finished, case .hang? = s.plan?.reply,
+                          let fd = ConnectionSocket.fd(e.connection) else { return false }
+                    var byte: UInt8 = 0
+                    let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+                    let closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                    if closed { s.abandoned = true }
+                    return closed
+                }
+                if gone { e.resume() }
             }
             self.startPoking()
         }
     }
 
     func handle(_ connection: OpaquePointer, method: String, url: String, exchange: StubExchange) -> MHD_Result {
-        if stopping.load(ordering: .relaxed) { return .NO }
+        if stopping.load(ordering: .relaxed) || exchange.state.withLock({ $0.abandoned }) { return .NO }
         var plan = exchange.state.withLock { $0.plan }
         if plan == nil {
-            let (path, query) = url.firstIndex(of: "?").map { (String(url[..<$0]), String(url[url.index(after: $0)...])) } ?? (url, "")
-            let request = StubRequest(method: method, rawPath: path, query: query, headers: headers(connection))
+            // libmicrohttpd hands over the path without the query; the query comes back as (decoded) arguments.
+            let query = values(connection, .GET_ARGUMENT_KIND).sorted { $0.key < $1.key }
+                .map { "\($0.key)=\($0.value)" }.joined(separator: "&")
+            let request = StubRequest(method: method, rawPath: url, query: query, headers: values(connection, .HEADER_KIND))
             seen.withLock { $0.append(request) }
             let p = method == "GET" || method == "HEAD" ? self.plan(request)
                 : StubPlan(.respond(status: 405, body: Array(#"{"error":{"code":"method_not_allowed"}}"#.utf8), contentType: "application/json"))
@@ -375,17 +391,21 @@ final class StubContext: Sendable {
         return n
     }
 
-    private func headers(_ connection: OpaquePointer) -> [String: String] {
-        let box = HeaderBox()
+    private func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [String: String] {
+        let box = HeaderBox(lowercase: kind == .HEADER_KIND)
         let iterator: MHD_KeyValueIterator = stubHeader
         withExtendedLifetime(box) {
-            _ = MHD_get_connection_values(connection, .HEADER_KIND, iterator, Unmanaged.passUnretained(box).toOpaque())
+            _ = MHD_get_connection_values(connection, kind, iterator, Unmanaged.passUnretained(box).toOpaque())
         }
         return box.fields
     }
 }
 
-final class HeaderBox { var fields: [String: String] = [:] }
+final class HeaderBox {
+    let lowercase: Bool
+    var fields: [String: String] = [:]
+    init(lowercase: Bool) { self.lowercase = lowercase }
+}
 
 /// The socket of a connection, through `MHD_get_connection_info` (C-variadic; called through a
 /// non-variadic pointer with the same fixed parameters, which reads no variadic argument for this query).
@@ -452,8 +472,13 @@ private func stubHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key:
                         value: UnsafePointer<CChar>?) -> MHD_Result {
     guard let cls, let key else { return .YES }
     let box = Unmanaged<HeaderBox>.fromOpaque(cls).takeUnretainedValue()
-    box.fields[String(cString: key).lowercased()] = value.map { String(cString: $0) } ?? ""
+    let name = String(cString: key)
+    box.fields[box.lowercase ? name.lowercased() : name] = value.map { String(cString: $0) } ?? ""
     return .YES
+}
+
+private func stubKeepEscaped(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, text: UnsafeMutablePointer<CChar>?) -> Int {
+    text.map { strlen($0) } ?? 0
 }
 
 private func stubLog(cls: UnsafeMutableRawPointer?, format: UnsafePointer<CChar>?, arguments: CVaListPointer?) {

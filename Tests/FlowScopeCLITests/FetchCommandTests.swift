@@ -77,6 +77,16 @@ struct FetchCommandTests {
         #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
     }
 
+    @Test("stub-backend rejects bad flags and bad scenario files with exit 2", arguments: [
+        (["stub-backend", "--port", "70000"], "--port 70000"),
+        (["stub-backend", "--scenario", "/nonexistent.json5"], "/nonexistent.json5: cannot read the file"),
+    ])
+    func stubBackendFlags(arguments: [String], fragment: String) async {
+        let io = Captured()
+        #expect(await CommandLine.run(arguments, output: io.output) == 2)
+        #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
+    }
+
     @Test("replay prints a trace file as a timeline; a bad line is an error naming file and line")
     func replay() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-replay-\(UUID())").path

@@ -1,0 +1,175 @@
+import FlowFetch
+import FlowJSON
+import FlowScopeTesting
+import FlowSim
+import Foundation
+import Testing
+
+/// Every fault class through FlowClient + HTTPBackend against the libmicrohttpd stub backend on real
+/// sockets: each getFlow ends within loadTimeout + 0.1 s of wall time with the outcome the spec requires.
+@Suite("Stub backend over real sockets", .flowTrace)
+struct StubBackendTests {
+    static func scenario(targeted fail: String?, defaultFail: String? = nil, latency: Double = 0.05, fallback: Bool = false) throws -> Scenario {
+        var rules: [String] = []
+        if let fail { rules.append(#"{ "match": { "kind": "targeted" }, "fail": "\#(fail)" }"#) }
+        if let defaultFail { rules.append(#"{ "match": { "kind": "default" }, "fail": "\#(defaultFail)" }"#) }
+        let text = """
+        {
+          "name": "fault", "profile": { "id": "user-42" },
+          "backend": { "placements": { "main": { "audiences": [
+            { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 100 } ] } ],
+            "layout": { "id": "L1", "version": 1, "images": 2 } } } },
+          "network": { "latency": \(latency), "rules": [ \(rules.joined(separator: ", ")) ] },
+          \(fallback ? #""fallbackFile": { "main": { "variation": "fb-A" } },"# : "")
+          "steps": []
+        }
+        """
+        return try Scenario.decode(text, file: "inline")
+    }
+
+    static let fallbackFile = FallbackFile(placements: ["main": AudiencePayload(
+        placementId: "main", audienceName: "All Users", audienceVersionId: "fallback", variations: [Variation(id: "fb-A", weight: 100)])])
+
+    struct Outcome { var result: Result<Flow, FlowError>; var elapsed: Duration }
+
+    static func fetch(_ baseURL: String, placement: String = "main", loadTimeout: Double = 1, fallback: FallbackFile? = nil) async throws -> Outcome {
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: baseURL)!),
+                                configuration: .init(fallback: fallback), events: FlowTrace.sink)
+        let started = ContinuousClock.now
+        let result: Result<Flow, FlowError>
+        do throws(FlowError) { result = .success(try await client.getFlow(placementId: placement, loadTimeout: loadTimeout)) }
+        catch { result = .failure(error) }
+        return Outcome(result: result, elapsed: ContinuousClock.now - started)
+    }
+
+    /// Spec: within T + 0.05 s in real time; asserted with T + 0.1 s (2 shared cores, parallel suites).
+    static func withinBudget(_ o: Outcome, _ t: Double = 1, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(o.elapsed < .milliseconds(Int64(t * 1000) + 100), "getFlow took \(o.elapsed), budget \(t) s", sourceLocation: sourceLocation)
+    }
+
+    @Test("success: the scenario's backend answers over HTTP")
+    func success() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        #expect(try o.result.get().source == .network)
+        #expect(try o.result.get().variationId == "all-A")
+        Self.withinBudget(o)
+        #expect(stub.requests.first?.headers["x-profile-id"] == "user-42")
+    }
+
+    @Test("placement ids with spaces and slashes travel percent-encoded as one path segment")
+    func encodedPlacement() async throws {
+        var scenario = try Self.scenario(targeted: nil)
+        scenario.backend["a b/c"] = scenario.backend["main"]
+        let stub = try StubBackendServer(scenario: scenario)
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL, placement: "a b/c")
+        #expect(try o.result.get().placementId == "a b/c")
+        #expect(stub.requests.first?.rawPath == "/v1/placements/a%20b%2Fc/audience")
+    }
+
+    @Test("hang on every request: the fallback file at loadTimeout, and the stub closes the abandoned connections")
+    func hang() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "hang", defaultFail: "hang"))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL, fallback: Self.fallbackFile)
+        #expect(try o.result.get().source == .fallbackFile)
+        #expect(o.elapsed >= .milliseconds(990))
+        Self.withinBudget(o)
+        expectTimeout("main", stage: "targeted")
+        var waited = 0
+        while stub.openConnections > 0 && waited < 150 { try await Task.sleep(for: .milliseconds(20)); waited += 1 }
+        #expect(stub.openConnections == 0, "abandoned hung requests are noticed and closed")
+    }
+
+    @Test("drip: a body fed one byte at a time is cut at the stage-A deadline; the default audience answers")
+    func drip() async throws {
+        let stub = try StubBackendServer { r in
+            let body = Array(RESTCoding.audienceJSON(AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "av",
+                                                                     variations: [Variation(id: r.rawPath.hasSuffix("/default") ? "def-A" : "tgt-A", weight: 100)])).jsonText.utf8)
+            return r.rawPath.hasSuffix("/default") ? StubPlan(latency: 0.05, .respond(status: 200, body: body, contentType: "application/json"))
+                : StubPlan(.drip(status: 200, body: body, interval: 0.05))
+        }
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        let flow = try o.result.get()
+        #expect(flow.source == .defaultAudience)
+        #expect(flow.variationId == "def-A")
+        #expect(o.elapsed >= .milliseconds(500))
+        Self.withinBudget(o)
+        expectTimeout("main", stage: "targeted")
+    }
+
+    @Test("reset: the socket closes without an answer; a transport error falls back to the default audience")
+    func reset() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "reset"))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        #expect(try o.result.get().source == .defaultAudience)
+        Self.withinBudget(o)
+        expectFallback("main", to: "defaultAudience")
+        let targeted = FlowTrace.current?.timeline.calls.last?.requests.first
+        #expect(targeted?.outcome == "reset")
+    }
+
+    @Test("http:503 is a server error that falls back to the default audience")
+    func serverError() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "http:503"))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        #expect(try o.result.get().source == .defaultAudience)
+        Self.withinBudget(o)
+        expectFlow("main", source: .defaultAudience, targetingLost: true, requests: 2)
+    }
+
+    @Test("an unknown placement is a 404: badRequest, no default-audience request")
+    func notFound() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL, placement: "nope")
+        guard case .failure(let error) = o.result else { Issue.record("expected an error"); return }
+        #expect(error.code == .badRequest)
+        Self.withinBudget(o)
+        expectRequests(1)
+    }
+
+    @Test("malformed: a 200 with an undecodable body is decodingFailed")
+    func malformed() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "malformed"))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        guard case .failure(let error) = o.result else { Issue.record("expected an error"); return }
+        #expect(error.code == .decodingFailed)
+        Self.withinBudget(o)
+    }
+
+    @Test("connection refused: a transport error; with no default audience reachable either, the fallback file")
+    func refused() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil))
+        let url = stub.baseURL
+        stub.stop()
+        let o = try await Self.fetch(url, fallback: Self.fallbackFile)
+        #expect(try o.result.get().source == .fallbackFile)
+        Self.withinBudget(o)
+        let outcomes = FlowTrace.current?.timeline.calls.last?.requests.map(\.outcome)
+        #expect(outcomes == ["refused", "refused"])
+    }
+
+    @Test("layouts and their images are served; the layout's images are prefetched through the stub")
+    func layoutAndAssets() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil))
+        defer { stub.stop() }
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: stub.baseURL)!),
+                                events: FlowTrace.sink)
+        let flow = try await client.getFlow(placementId: "main", loadTimeout: 2)
+        let configuration = try await client.getFlowConfiguration(forFlow: flow, loadTimeout: 2)
+        #expect(configuration.source == .network)
+        #expect(configuration.layout.images.count == 2)
+        var waited = 0
+        while stub.requests.filter({ $0.rawPath.hasPrefix("/assets/") }).count < 2 && waited < 100 {
+            try await Task.sleep(for: .milliseconds(20)); waited += 1
+        }
+        #expect(stub.requests.filter { $0.rawPath.hasPrefix("/assets/") }.count == 2)
+    }
+}
