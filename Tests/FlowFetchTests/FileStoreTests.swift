@@ -41,13 +41,13 @@ struct FileStoreTests {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let first = FlowClient(profile: Profile(id: "user-1"), backend: FixedBackend(), disk: try FileFlowStore(directory: dir))
-        let fetched = try await first.getFlow(placementId: "main", loadTimeout: 1)
+        let fetched = try await first.getFlow(placementId: "main", loadTimeout: 30)
         #expect(fetched.source == .network)
 
         let events = Events()
         let offline = FixedBackend(fail: .transport(reason: "offline"))
         let second = FlowClient(profile: Profile(id: "user-1"), backend: offline, disk: try FileFlowStore(directory: dir), events: events)
-        let cached = try await second.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
+        let cached = try await second.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 30)
         #expect(cached.source == .cache)
         #expect(cached.variationId == "net-A")
         let hit = try #require(events.list.withLock { $0.first { $0.name == .cacheHit } })
@@ -67,7 +67,7 @@ struct FileStoreTests {
         let events = Events()
         let client = FlowClient(profile: Profile(id: "user-1"), backend: FixedBackend(variation: "fresh"),
                                 disk: try FileFlowStore(directory: dir), events: events)
-        let flow = try await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
+        let flow = try await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 30)
         #expect(flow.source == .network)
         #expect(flow.variationId == "fresh")
         #expect(events.names.contains(.cacheCorrupt))

@@ -38,7 +38,7 @@ struct RuntimeFallbackFileTests {
 
         let client = FlowClient(profile: Profile(id: "p"), backend: FixedBackend(fail: .http(status: 503)),
                                 configuration: .init(fallback: file))
-        #expect(try await client.getFlow(placementId: "main", loadTimeout: 1).source == .fallbackFile)
+        #expect(try await client.getFlow(placementId: "main", loadTimeout: 30).source == .fallbackFile)
     }
 
     @Test("another formatVersion is rejected with the file, the path and what is supported; it maps to wrongParam")

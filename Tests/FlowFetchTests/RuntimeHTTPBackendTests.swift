@@ -6,7 +6,7 @@ import Testing
 
 /// HTTPBackend and FlowClient over real sockets on 127.0.0.1, against a tiny local server.
 @Suite("HTTP backend over real sockets")
-struct RuntimeHTTPBackendTests {
+struct HTTPBackendRealTimeTests {
     static func audience(_ placement: String, name: String = "All Users", variation: String = "v-A") -> [UInt8] {
         Array(RESTCoding.audienceJSON(AudiencePayload(placementId: placement, audienceName: name, audienceVersionId: "av-1",
                                                       variations: [Variation(id: variation, weight: 100)])).jsonText.utf8)

@@ -14,7 +14,7 @@ final class Captured: Sendable {
 }
 
 @Suite("flowscope fetch and replay")
-struct FetchCommandTests {
+struct FetchCommandRealTimeTests {
     static let audience = #"{"placementId":"main","audience":{"name":"All Users","versionId":"av"},"variations":[{"id":"v-A","weight":100}],"createdAt":0}"#
 
     @Test("fetch --json prints one object shaped like a run result, with the call's requests and events")

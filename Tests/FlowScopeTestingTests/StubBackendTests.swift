@@ -8,7 +8,7 @@ import Testing
 /// Every fault class through FlowClient + HTTPBackend against the libmicrohttpd stub backend on real
 /// sockets: each getFlow ends within loadTimeout + 0.1 s of wall time with the outcome the spec requires.
 @Suite("Stub backend over real sockets", .flowTrace)
-struct StubBackendTests {
+struct StubBackendRealTimeTests {
     static func scenario(targeted fail: String?, defaultFail: String? = nil, latency: Double = 0.05, fallback: Bool = false) throws -> Scenario {
         var rules: [String] = []
         if let fail { rules.append(#"{ "match": { "kind": "targeted" }, "fail": "\#(fail)" }"#) }
