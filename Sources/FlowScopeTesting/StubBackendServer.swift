@@ -11,6 +11,7 @@ import Glibc
 
 /// A request the stub backend received.
 public struct StubRequest: Sendable {
+    /// `GET`, `HEAD`, ...
     public var method: String
     /// The path as sent (percent-encoded).
     public var rawPath: String
@@ -34,13 +35,17 @@ public struct StubPlan: Sendable {
         /// every `interval` seconds: a drip-fed body.
         case drip(status: Int, body: [UInt8], interval: Double)
     }
+    /// Seconds before the reply starts.
     public var latency: Double
+    /// How the request ends.
     public var reply: Reply
+    /// A plan: `reply` after `latency` seconds.
     public init(latency: Double = 0, _ reply: Reply) { self.latency = latency; self.reply = reply }
 }
 
 /// Why the stub backend could not start.
 public struct StubBackendError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong, naming the address, port or option at fault.
     public var message: String
     public init(_ message: String) { self.message = message }
     public var description: String { message }

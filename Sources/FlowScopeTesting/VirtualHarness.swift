@@ -4,9 +4,13 @@ import FlowSim
 /// The calls an app's loading code makes. ``FlowClient`` conforms (production); ``VirtualHarness``
 /// conforms (tests in virtual time). Write loading code against `some FlowLoading` to test it both ways.
 public protocol FlowLoading: Sendable {
+    /// getFlow (fetch-semantics.md).
     func getFlow(placementId: String, fetchPolicy: FetchPolicy, loadTimeout: Double) async throws(FlowError) -> Flow
+    /// getFlowForDefaultAudience.
     func getFlowForDefaultAudience(placementId: String, fetchPolicy: FetchPolicy) async throws(FlowError) -> Flow
+    /// preloadFlows.
     func preloadFlows(placementIds: [String], loadTimeout: Double) async throws(FlowError)
+    /// getFlowOrDefault (the attribution race).
     func getFlowOrDefault(placementId: String, timeout: Double) async throws(FlowError) -> Flow
 }
 

@@ -44,6 +44,7 @@ struct StubBackendRealTimeTests {
 
     /// Spec: within T + 0.05 s in real time; asserted with T + 0.1 s (2 shared cores, parallel suites).
     static func withinBudget(_ o: Outcome, _ t: Double = 1, sourceLocation: SourceLocation = #_sourceLocation) {
+        print("measured: getFlow ended after \(o.elapsed) (loadTimeout \(t) s) at \(sourceLocation.fileName):\(sourceLocation.line)")
         #expect(o.elapsed < .milliseconds(Int64(t * 1000) + 100), "getFlow took \(o.elapsed), budget \(t) s", sourceLocation: sourceLocation)
     }
 
