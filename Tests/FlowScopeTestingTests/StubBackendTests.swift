@@ -173,4 +173,37 @@ struct StubBackendRealTimeTests {
         }
         #expect(stub.requests.filter { $0.rawPath.hasPrefix("/assets/") }.count == 2)
     }
+
+    @Test("with TLS the stub serves HTTPS that a client trusting the certificate accepts (curl --cacert)")
+    func tls() async throws {
+        let dir = Fixtures.temporaryDirectory()
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        func run(_ args: [String]) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = args
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        }
+        let made = try run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                            "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=IP:127.0.0.1"])
+        try #require(made.0 == 0, "openssl could not make a certificate")
+        let cert = try String(contentsOfFile: dir + "/cert.pem", encoding: .utf8)
+        let key = try String(contentsOfFile: dir + "/key.pem", encoding: .utf8)
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil), tls: (cert, key))
+        defer { stub.stop() }
+        #expect(stub.baseURL.hasPrefix("https://127.0.0.1:"))
+        let ok = try run(["curl", "-s", "-m", "5", "--cacert", dir + "/cert.pem", stub.baseURL + "/v1/placements/main/audience/default"])
+        #expect(ok.0 == 0)
+        #expect(try JSON5.parse(ok.1)["placementId"] == "main")
+        let untrusted = try run(["curl", "-s", "-m", "5", stub.baseURL + "/v1/placements/main/audience/default"])
+        #expect(untrusted.0 != 0, "a client that does not trust the certificate is refused")
+    }
 }
