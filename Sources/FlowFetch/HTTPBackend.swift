@@ -29,11 +29,14 @@ public final class HTTPBackend: FlowBackend {
     public let assets: AssetDiskCache?
     /// Seconds added to a request's own timeout before URLSession gives up on it (the engine cuts it first).
     public let timeoutMargin: Double
+    /// The PEM CA file https requests are verified against (nil: the system's trust store through URLSession).
+    /// URLSession on Linux cannot trust a custom CA, so with a CA file requests go through ``TLSTransport``.
+    public let caFile: String?
     private let session: URLSession
     private let tasks: TaskTable
 
-    /// A backend at `baseURL` (`http` or `https`). Throws for a URL that has no scheme or host, and for a
-    /// custom CA file, which URLSession cannot honour on Linux (see ``HTTPBackendError``).
+    /// A backend at `baseURL` (`http` or `https`). With `caFile` (PEM), https requests trust that CA
+    /// only. Throws for a URL that has no scheme or host, or an unreadable CA file.
     public init(baseURL: URL, caFile: String? = nil, maxBodyBytes: Int = 4 * 1024 * 1024,
                 assets: AssetDiskCache? = nil, timeoutMargin: Double = 1) throws(HTTPBackendError) {
         guard let scheme = baseURL.scheme?.lowercased(), scheme == "http" || scheme == "https",
@@ -41,19 +44,14 @@ public final class HTTPBackend: FlowBackend {
             throw HTTPBackendError("backend URL \(baseURL.absoluteString): expected http://host[:port] or https://host[:port]")
         }
         if let caFile {
-            #if canImport(FoundationNetworking)
-            // swift-corelibs-foundation (libcurl) never calls trust delegates and ignores CA settings on
-            // Linux (measured: the delegate is not called; SSL_CERT_FILE, CURL_CA_BUNDLE and
-            // URLSessionCertificateAuthorityInfoFile change nothing). Saying so beats pretending.
-            throw HTTPBackendError("--ca \(caFile): a custom CA cannot be trusted by URLSession on Linux; "
-                + "install the certificate into the system store (cp it to /usr/local/share/ca-certificates/*.crt "
-                + "and run update-ca-certificates) and omit --ca, or use http:// on 127.0.0.1")
-            #else
+            guard scheme == "https" else {
+                throw HTTPBackendError("--ca \(caFile): a CA file applies to https:// backends, not \(baseURL.absoluteString)")
+            }
             guard FileManager.default.isReadableFile(atPath: caFile) else {
                 throw HTTPBackendError("--ca \(caFile): cannot read the file")
             }
-            #endif
         }
+        self.caFile = caFile
         self.baseURL = baseURL
         self.maxBodyBytes = maxBodyBytes
         self.assets = assets
@@ -112,6 +110,25 @@ public final class HTTPBackend: FlowBackend {
         }
         if spec.kind == .asset, let cached = assets?.load(url.absoluteString) {
             return RequestCompletion(.success(.asset(bytes: cached.count)), bytes: cached.count)
+        }
+        if let caFile, url.scheme?.lowercased() == "https" {
+            var headers = [("Accept", "application/json")]
+            if spec.kind != .asset { headers.append(("X-Profile-Id", spec.profileId)) }
+            let answer = await TLSTransport.send("GET", url: url, headers: headers, caFile: caFile,
+                                                 timeout: max(spec.timeout, 0.1) + timeoutMargin, maxBodyBytes: maxBodyBytes)
+            switch answer {
+            case .success(let a):
+                let completion = Self.completion(status: a.status, body: a.body, for: spec)
+                if spec.kind == .asset, case .success = completion.result { assets?.store(url.absoluteString, a.body) }
+                return completion
+            case .failure(let f):
+                switch f.reason {
+                case "cancelled": return RequestCompletion(.failure(.cancelled))
+                case "toolarge": return RequestCompletion(.failure(.malformed(reason: f.detail)), bytes: maxBodyBytes)
+                case "protocol": return RequestCompletion(.failure(.transport(reason: "reset")))
+                default: return RequestCompletion(.failure(.transport(reason: f.reason)))
+                }
+            }
         }
         var request = URLRequest(url: url)
         request.httpMethod = "GET"

@@ -11,7 +11,7 @@ let fetchCommand = Command(spec: CommandSpec(
               .init("policy", value: "P", "reloadRevalidatingCacheData (default), returnCacheDataElseLoad or maxAge:SECONDS"),
               .init("load-timeout", value: "T", "getFlow's loadTimeout in seconds (default 5)"),
               .init("cache-dir", value: "D", "keep the flow, layout and asset caches in D (default: memory only)"),
-              .init("ca", value: "F", "trust the PEM certificate F (not supported by URLSession on Linux: says so and exits 2)"),
+              .init("ca", value: "F", "trust only the PEM CA (or self-signed certificate) F for an https backend"),
               .init("json", "print one JSON object shaped like `flowscope run --json` output, with the call's requests and events")],
     positionals: 1...1,
     details: "Exit status: 0 when getFlow returns a flow, 1 when it throws, 2 for bad usage."

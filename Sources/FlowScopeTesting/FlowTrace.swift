@@ -199,6 +199,9 @@ final class AttachStream: Sendable {
     private let endpoint: URL?
     private let token: String?
     private let problem: String?
+    /// FLOWSCOPE_CA: the server's certificate (or its CA), trusted through TLSTransport since URLSession
+    /// on Linux cannot trust a custom CA.
+    private let caFile: String?
 
     init(server: String, token: String?, caFile: String?) {
         var base = server
@@ -207,16 +210,10 @@ final class AttachStream: Sendable {
         self.token = token
         if endpoint == nil || !(server.hasPrefix("http://") || server.hasPrefix("https://")) {
             problem = "FLOWSCOPE_ATTACH=\(server): expected https://host:port"
-        } else if let caFile, !caFile.isEmpty, server.hasPrefix("https://") {
-            #if canImport(FoundationNetworking)
-            problem = "FLOWSCOPE_CA=\(caFile): URLSession on Linux cannot trust a custom CA; install it into the "
-                + "system store (update-ca-certificates) and unset FLOWSCOPE_CA"
-            #else
-            problem = nil
-            #endif
         } else {
             problem = nil
         }
+        self.caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
     }
 
     func append(_ e: Envelope) {
@@ -247,11 +244,22 @@ final class AttachStream: Sendable {
         guard !batch.isEmpty else { return }
         if let problem { return fail(problem) }
         guard let endpoint else { return }
+        let body = Array(batch.map { $0.jsonLine + "\n" }.joined().utf8)
+        if let caFile, endpoint.scheme == "https" {
+            var headers = [("Content-Type", "application/x-ndjson")]
+            if let token { headers.append(("Authorization", "Bearer \(token)")) }
+            switch await TLSTransport.send("POST", url: endpoint, headers: headers, body: body, caFile: caFile, timeout: 5, maxBodyBytes: 1 << 20) {
+            case .success(let a) where (200..<300).contains(a.status): break
+            case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)")
+            case .failure(let f): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")
+            }
+            return
+        }
         var request = URLRequest(url: endpoint, timeoutInterval: 5)
         request.httpMethod = "POST"
         request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        request.httpBody = Data(batch.map { $0.jsonLine + "\n" }.joined().utf8)
+        request.httpBody = Data(body)
         do {
             let (_, response) = try await URLSession.shared.data(for: request)
             let status = (response as? HTTPURLResponse)?.statusCode ?? 0

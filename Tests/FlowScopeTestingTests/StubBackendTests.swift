@@ -32,8 +32,9 @@ struct StubBackendRealTimeTests {
 
     struct Outcome { var result: Result<Flow, FlowError>; var elapsed: Duration }
 
-    static func fetch(_ baseURL: String, placement: String = "main", loadTimeout: Double = 1, fallback: FallbackFile? = nil) async throws -> Outcome {
-        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: baseURL)!),
+    static func fetch(_ baseURL: String, placement: String = "main", loadTimeout: Double = 1, caFile: String? = nil,
+                      fallback: FallbackFile? = nil) async throws -> Outcome {
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: baseURL)!, caFile: caFile),
                                 configuration: .init(fallback: fallback), events: FlowTrace.sink)
         let started = ContinuousClock.now
         let result: Result<Flow, FlowError>
@@ -205,5 +206,66 @@ struct StubBackendRealTimeTests {
         #expect(try JSON5.parse(ok.1)["placementId"] == "main")
         let untrusted = try run(["curl", "-s", "-m", "5", stub.baseURL + "/v1/placements/main/audience/default"])
         #expect(untrusted.0 != 0, "a client that does not trust the certificate is refused")
+    }
+
+    /// A self-signed certificate for 127.0.0.1 made by the openssl tool, in `dir`.
+    static func certificate(in dir: String) throws -> (cert: String, key: String, certFile: String) {
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                       "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost",
+                       "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+        return (try String(contentsOfFile: dir + "/cert.pem", encoding: .utf8), try String(contentsOfFile: dir + "/key.pem", encoding: .utf8),
+                dir + "/cert.pem")
+    }
+
+    @Test("HTTPS with a custom CA: HTTPBackend(caFile:) trusts it, another certificate is a tls failure, a hang stays bounded")
+    func httpsWithCustomCA() async throws {
+        let dir = Fixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let tls = try Self.certificate(in: dir + "/a")
+        let other = try Self.certificate(in: dir + "/b")
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: nil), tls: (tls.cert, tls.key))
+        defer { stub.stop() }
+
+        let trusted = try HTTPBackend(baseURL: URL(string: stub.baseURL)!, caFile: tls.certFile)
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: trusted, events: FlowTrace.sink)
+        let flow = try await client.getFlow(placementId: "main", loadTimeout: 2)
+        #expect(flow.source == .network)
+        #expect(stub.requests.first?.headers["x-profile-id"] == "user-42")
+
+        let untrusted = try HTTPBackend(baseURL: URL(string: stub.baseURL)!, caFile: other.certFile)
+        let refused = await untrusted.send(RequestSpec(kind: .targeted, placement: "main", profileId: "user-42", timeout: 2))
+        #expect(refused.result == .failure(.transport(reason: "tls")))
+
+        let hung = try StubBackendServer(scenario: try Self.scenario(targeted: "hang", defaultFail: "hang"), tls: (tls.cert, tls.key))
+        defer { hung.stop() }
+        let o = try await Self.fetch(hung.baseURL, caFile: tls.certFile, fallback: Self.fallbackFile)
+        #expect(try o.result.get().source == .fallbackFile)
+        Self.withinBudget(o)
+    }
+
+    @Test("FLOWSCOPE_CA: events are streamed over HTTPS to a server with a self-signed certificate")
+    func attachOverTLS() async throws {
+        let dir = Fixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let tls = try Self.certificate(in: dir)
+        let ingest = try StubBackendServer(tls: (tls.cert, tls.key)) { _ in
+            StubPlan(.respond(status: 202, body: Array(#"{"accepted":1}"#.utf8), contentType: "application/json"))
+        }
+        defer { ingest.stop() }
+        let env = ["FLOWSCOPE_ATTACH": ingest.baseURL, "FLOWSCOPE_TOKEN": "t0k", "FLOWSCOPE_CA": tls.certFile]
+        await withFlowTrace("tls attach", environment: env) {
+            let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
+            _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
+        }
+        let posts = ingest.requests
+        #expect(!posts.isEmpty)
+        #expect(posts.allSatisfy { $0.method == "POST" && $0.rawPath == "/api/ingest" && $0.headers["authorization"] == "Bearer t0k" })
     }
 }
