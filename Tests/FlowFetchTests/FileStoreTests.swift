@@ -23,6 +23,14 @@ final class Events: EngineEventSink {
     var names: [EventName] { list.withLock { $0.map(\.name) } }
 }
 
+/// Wall-clock time whose deadlines never fire: for tests whose backend answers at once, so that a
+/// cooperative pool starved by other suites cannot turn an answer into a timeout.
+struct NoDeadlineClock: EngineClock {
+    func now() -> Double { Date().timeIntervalSince1970 }
+    func sleep(until deadline: Double) async throws { try await Task.sleep(for: .seconds(86_400)) }
+    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void { {} }
+}
+
 func temporaryDirectory() -> String {
     FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-test-\(UUID().uuidString)").path
 }
@@ -40,13 +48,14 @@ struct FileStoreTests {
     func restartKeepsEntries() async throws {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let first = FlowClient(profile: Profile(id: "user-1"), backend: FixedBackend(), disk: try FileFlowStore(directory: dir))
+        let first = FlowClient(profile: Profile(id: "user-1"), backend: FixedBackend(), disk: try FileFlowStore(directory: dir),
+                               clock: NoDeadlineClock())
         let fetched = try await first.getFlow(placementId: "main", loadTimeout: 30)
         #expect(fetched.source == .network)
 
         let events = Events()
         let offline = FixedBackend(fail: .transport(reason: "offline"))
-        let second = FlowClient(profile: Profile(id: "user-1"), backend: offline, disk: try FileFlowStore(directory: dir), events: events)
+        let second = FlowClient(profile: Profile(id: "user-1"), backend: offline, disk: try FileFlowStore(directory: dir), events: events, clock: NoDeadlineClock())
         let cached = try await second.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 30)
         #expect(cached.source == .cache)
         #expect(cached.variationId == "net-A")
@@ -66,7 +75,7 @@ struct FileStoreTests {
 
         let events = Events()
         let client = FlowClient(profile: Profile(id: "user-1"), backend: FixedBackend(variation: "fresh"),
-                                disk: try FileFlowStore(directory: dir), events: events)
+                                disk: try FileFlowStore(directory: dir), events: events, clock: NoDeadlineClock())
         let flow = try await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 30)
         #expect(flow.source == .network)
         #expect(flow.variationId == "fresh")

@@ -14,6 +14,14 @@ final class Shared<Value: Sendable>: Sendable {
     func withLock<R>(_ body: (inout Value) -> R) -> R { m.withLock { body(&$0) } }
 }
 
+/// Wall-clock time whose deadlines never fire: for tests whose backend answers at once, so that a
+/// cooperative pool starved by other suites cannot turn an answer into a timeout.
+struct NoDeadlineClock: EngineClock {
+    func now() -> Double { Date().timeIntervalSince1970 }
+    func sleep(until deadline: Double) async throws { try await Task.sleep(for: .seconds(86_400)) }
+    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void { {} }
+}
+
 enum Fixtures {
     static let audiences: [AudienceDefinition] = [
         AudienceDefinition(name: "ASA", versionId: "av-asa", requiresAttribution: "appleAds", variations: [Variation(id: "asa-A", weight: 100)]),
@@ -36,7 +44,8 @@ enum Fixtures {
 struct TraceIsolationTests {
     static func exercise(_ placement: String) async throws {
         let recorder = try #require(FlowTrace.current)
-        let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(latency: 0.03), events: FlowTrace.sink)
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(latency: 0.03), events: FlowTrace.sink,
+                                clock: NoDeadlineClock())
         for _ in 0..<5 { _ = try await client.getFlow(placementId: placement, loadTimeout: 30) }
         let placements = Set(recorder.events.compactMap(\.placement))
         #expect(placements == [placement], "\(recorder.name) saw \(placements)")
