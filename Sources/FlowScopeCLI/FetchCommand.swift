@@ -1,6 +1,7 @@
 import FlowFetch
 import FlowJSON
-import FlowScopeTesting
+import FlowScopeTools
+import Synchronization
 import Foundation
 
 let fetchCommand = Command(spec: CommandSpec(
@@ -58,16 +59,15 @@ let fetchCommand = Command(spec: CommandSpec(
         return usage(error.message)
     }
 
-    let recorder = FlowTraceRecorder(name: "fetch \(placement)", environment: [:])
-    let client = FlowClient(profile: Profile(id: profileId), backend: backend, disk: disk, layouts: layouts,
-                            events: FlowTraceSink(recorder: recorder))
+    let log = EventLog()
+    let client = FlowClient(profile: Profile(id: profileId), backend: backend, disk: disk, layouts: layouts, events: log)
     let result: Result<Flow, FlowError>
     do throws(FlowError) {
         result = .success(try await client.getFlow(placementId: placement, fetchPolicy: policy, loadTimeout: loadTimeout))
     } catch {
         result = .failure(error)
     }
-    let timeline = recorder.timeline
+    let timeline = FlowTimeline(events: log.events)
     if args.flag("json") {
         var o = timeline.json()
         o["name"] = .string("fetch \(placement)")
@@ -108,4 +108,11 @@ enum FetchPolicyArgument {
             return .failure(UsageError("--policy \(text): expected reloadRevalidatingCacheData, returnCacheDataElseLoad or maxAge:SECONDS"))
         }
     }
+}
+
+/// The events of one fetch, in order.
+final class EventLog: EngineEventSink {
+    private let storage = Mutex<[EngineEvent]>([])
+    func receive(_ event: EngineEvent) { storage.withLock { $0.append(event) } }
+    var events: [EngineEvent] { storage.withLock { $0 } }
 }

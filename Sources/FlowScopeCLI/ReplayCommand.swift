@@ -1,7 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
-import FlowScopeTesting
+import FlowScopeTools
 import Foundation
 
 let replayCommand = Command(spec: CommandSpec(

@@ -2,7 +2,7 @@ import Dispatch
 import FlowFetch
 import FlowJSON
 import FlowScopeServer
-import FlowScopeTesting
+import FlowScopeTools
 import FlowSim
 import Foundation
 import Synchronization

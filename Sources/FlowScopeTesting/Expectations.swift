@@ -73,9 +73,6 @@ extension FlowTraceRecorder {
     }
 }
 
-extension FlowTimeline {
-    init(calls: [Call]) { self.calls = calls }
-}
 
 /// ``FlowTraceRecorder/expectFlow(_:outcome:source:variation:audience:targetingLost:errorCode:requests:sourceLocation:)``
 /// on the current test's recorder.

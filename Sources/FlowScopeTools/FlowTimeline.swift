@@ -51,6 +51,9 @@ public struct FlowTimeline: Sendable {
     /// Calls in the order they started.
     public var calls: [Call]
 
+    /// A timeline of the given calls.
+    public init(calls: [Call]) { self.calls = calls }
+
     /// Groups `events` (in emission order) by trace.
     public init(events: [EngineEvent]) {
         var calls: [Call] = []
