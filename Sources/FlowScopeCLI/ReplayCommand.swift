@@ -6,19 +6,16 @@ import Foundation
 
 let replayCommand = Command(spec: CommandSpec(
     name: "replay", summary: "Prints a trace file (JSON Lines of event envelopes) as a timeline.",
-    usage: "replay TRACE.jsonl [--serve]",
+    usage: "replay TRACE.jsonl [--serve] [--config F] [--port N]",
     options: [.init("events", "also print every event under its call"),
-              .init("serve", "load the trace into the dashboard (not available yet: needs `flowscope serve`; exits 2)")],
+              .init("serve", "load the trace into the dashboard instead: serves it like `flowscope serve --no-demo`"),
+              .init("config", value: "F", "with --serve: config file (default \(defaultConfigPath))"),
+              .init("port", value: "N", "with --serve: port (default: the config's, 8443)")],
     positionals: 1...1,
     details: "Trace files come from FLOWSCOPE_TRACE_DIR (one per test) or the jsonl sink.\n"
         + "Exit status: 0 when the file was read, 2 when it cannot be read or a line is not an envelope."
 )) { args, io in
     let path = args.positionals[0]
-    if args.flag("serve") {
-        io.err("flowscope replay: --serve is not available in this build yet (it needs the dashboard server); "
-               + "run without --serve to print the timeline\n")
-        return ExitStatus.usage
-    }
     guard let data = FileManager.default.contents(atPath: path) else {
         io.err("flowscope replay: \(path): cannot read the file\n")
         return ExitStatus.usage
@@ -30,6 +27,7 @@ let replayCommand = Command(spec: CommandSpec(
         io.err("flowscope replay: \(error.description)\n")
         return ExitStatus.usage
     }
+    if args.flag("serve") { return await serveTrace(envelopes, args: args, io: io) }
     var byRun: [(run: String, envelopes: [Envelope])] = []
     for e in envelopes {
         if let k = byRun.firstIndex(where: { $0.run == e.run }) { byRun[k].envelopes.append(e) } else { byRun.append((e.run, [e])) }
@@ -52,7 +50,7 @@ enum TraceFile {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
             guard !trimmed.isEmpty else { continue }
             do {
-                out.append(try envelope(JSON5.parse(trimmed)))
+                out.append(try Envelope(jsonValue: JSON5.parse(trimmed)))
             } catch {
                 var e = error.inFile("\(file):\(i + 1)")
                 e.line = nil
@@ -62,20 +60,47 @@ enum TraceFile {
         }
         return out
     }
+}
 
-    static func envelope(_ root: JSONValue) throws(JSONInputError) -> Envelope {
-        let o = try JSONCursor(root).object()
-        let nameCursor = try o.required("name")
-        guard let name = EventName(rawValue: try nameCursor.string()) else { throw nameCursor.error("unknown event name") }
-        let traceCursor = try o.required("trace")
-        guard let trace = TraceID(hex: try traceCursor.string()) else { throw traceCursor.expected("32 lowercase hex characters") }
-        let spanCursor = try o.required("span")
-        guard let span = SpanID(hex: try spanCursor.string()) else { throw spanCursor.expected("16 lowercase hex characters") }
-        let tsCursor = try o.required("ts")
-        guard let ts = ISO8601.parse(try tsCursor.string()) else { throw tsCursor.expected("an ISO 8601 UTC time") }
-        let placement = o.optional("placement").flatMap { $0.isNull ? nil : $0 }
-        return Envelope(seq: UInt64(max(0, try o.required("seq").int())), ts: ts, t: try o.required("t").double(),
-                        run: try o.required("run").string(), trace: trace, span: span, name: name,
-                        placement: try placement?.string(), attrs: try o.optional("attrs")?.object().members ?? [:])
+/// `replay --serve`: a dashboard stack with no demo traffic, holding the trace's events.
+private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Output) async -> Int32 {
+    let path = args.value("config") ?? defaultConfigPath
+    var config = FlowScopeConfig()
+    if args.value("config") != nil || FileManager.default.fileExists(atPath: path) {
+        do throws(JSONInputError) {
+            config = try FlowScopeConfig.load(path: path)
+        } catch {
+            io.err("flowscope replay: \(error.description)\n")
+            return ExitStatus.usage
+        }
     }
+    // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.
+    config.sinks = [["type": "metrics"], ["type": "memory"]]
+    var overrides = ServeStack.Overrides()
+    overrides.noDemo = true
+    if let p = args.value("port") {
+        guard let port = Int(p), (0...65535).contains(port) else {
+            io.err("flowscope replay: --port expects a port number 0-65535, got \(p)\n")
+            return ExitStatus.usage
+        }
+        overrides.port = port
+    }
+    let stack: ServeStack
+    do throws(ServeStack.StartError) {
+        stack = try ServeStack(config: config, overrides: overrides)
+    } catch {
+        io.err("flowscope replay: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    stack.pipeline.ingest(envelopes)
+    let run = envelopes.first?.run ?? "live"
+    io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
+    io.out("Stop with Ctrl-C.\n")
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        stack.pipeline.shutdownOnSignals {
+            stack.stop()
+            done.resume()
+        }
+    }
+    return ExitStatus.success
 }
