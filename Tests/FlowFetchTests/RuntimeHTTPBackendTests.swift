@@ -1,3 +1,4 @@
+import TestSupport
 import FlowFetch
 import FlowJSON
 import Foundation

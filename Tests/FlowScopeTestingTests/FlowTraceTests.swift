@@ -1,3 +1,4 @@
+import TestSupport
 import FlowEvents
 import FlowFetch
 import FlowJSON

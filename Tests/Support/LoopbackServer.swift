@@ -6,9 +6,9 @@ import Glibc
 
 /// A tiny HTTP/1.1 server on 127.0.0.1 over POSIX sockets, for tests: one thread per connection,
 /// one request per connection, answers chosen by a handler.
-final class LoopbackServer: Sendable {
+public final class LoopbackServer: Sendable {
     /// What to do with a request.
-    enum Reply: Sendable {
+    public enum Reply: Sendable {
         case respond(status: Int, body: [UInt8], contentType: String = "application/json")
         /// Accept, read the request, never answer (until the client closes).
         case hang
@@ -17,22 +17,22 @@ final class LoopbackServer: Sendable {
     }
 
     /// A request as the server saw it.
-    struct Request: Sendable {
-        var method: String
-        var target: String
-        var headers: [String: String]
-        var body: [UInt8]
+    public struct Request: Sendable {
+        public var method: String
+        public var target: String
+        public var headers: [String: String]
+        public var body: [UInt8]
     }
 
-    let port: UInt16
+    public let port: UInt16
     private let listener: Int32
     private let handler: @Sendable (Request) -> Reply
     private let seen = Mutex<[Request]>([])
     /// Connections that saw the client close while the server was hanging.
-    let closedByClient = Atomic<Int>(0)
+    public let closedByClient = Atomic<Int>(0)
     private let stopped = Atomic<Bool>(false)
 
-    init(handler: @escaping @Sendable (Request) -> Reply) throws {
+    public init(handler: @escaping @Sendable (Request) -> Reply) throws {
         self.handler = handler
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
@@ -56,21 +56,21 @@ final class LoopbackServer: Sendable {
         thread.start()
     }
 
-    var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
-    var requests: [Request] { seen.withLock { $0 } }
+    public var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
+    public var requests: [Request] { seen.withLock { $0 } }
 
     private let listenerClosed = Atomic<Bool>(false)
 
     /// Stops accepting. The accept thread closes the listening socket itself when it wakes up, so its
     /// descriptor is never reused under a thread still blocked on it; returns once it is closed.
-    func stop() {
+    public func stop() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         while !listenerClosed.load(ordering: .relaxed) { usleep(1000) }
     }
 
     /// A port nothing listens on (bound, then closed).
-    static func closedPort() -> UInt16 {
+    public static func closedPort() -> UInt16 {
         guard let s = try? LoopbackServer(handler: { _ in .close }) else { return 9 }
         s.stop()
         return s.port
