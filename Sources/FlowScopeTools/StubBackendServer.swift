@@ -131,7 +131,11 @@ public final class StubBackendServer: Sendable {
             let elapsed = ContinuousClock.now - origin
             let t = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let answer = sandbox.withLock { $0.answer(spec, at: t) }
-            return StubPlan(latency: answer.latency, StubRoutes.reply(for: answer.completion, spec: spec))
+            var reply = StubRoutes.reply(for: answer.completion, spec: spec)
+            if answer.drip, case .respond(let status, let body, _) = reply {
+                reply = .drip(status: status, body: body, interval: StubRoutes.dripInterval)
+            }
+            return StubPlan(latency: answer.latency, reply)
         }
     }
 
@@ -180,6 +184,9 @@ public final class StubBackendServer: Sendable {
 
 /// The REST paths and the bodies the stub serves.
 public enum StubRoutes {
+    /// Seconds between two bytes of a `drip` rule's body.
+    public static let dripInterval = 0.25
+
     /// The request spec a REST request stands for (nil: not a REST path).
     public static func spec(for r: StubRequest) -> RequestSpec? {
         let parts = r.rawPath.split(separator: "/", omittingEmptySubsequences: false).map { String($0).removingPercentEncoding ?? String($0) }

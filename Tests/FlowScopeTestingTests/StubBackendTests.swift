@@ -103,6 +103,18 @@ struct StubBackendRealTimeTests {
         expectTimeout("main", stage: "targeted")
     }
 
+    @Test("a scenario's drip rule really drips: the stub feeds the body slowly and stage A is cut at its deadline")
+    func scenarioDrip() async throws {
+        let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "drip"))
+        defer { stub.stop() }
+        let o = try await Self.fetch(stub.baseURL)
+        let flow = try o.result.get()
+        #expect(flow.source == .defaultAudience)
+        #expect(o.elapsed >= .milliseconds(500))
+        Self.withinBudget(o)
+        expectTimeout("main", stage: "targeted")
+    }
+
     @Test("reset: the socket closes without an answer; a transport error falls back to the default audience")
     func reset() async throws {
         let stub = try StubBackendServer(scenario: try Self.scenario(targeted: "reset"))
