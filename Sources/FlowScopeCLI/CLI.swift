@@ -36,7 +36,7 @@ public enum ExitStatus {
 }
 
 /// Every command, in the order `help` lists them.
-public let commands: [Command] = [runCommand, simulateCommand, versionCommand]
+public let commands: [Command] = [runCommand, simulateCommand, benchCommand, versionCommand]
 
 let versionCommand = Command(spec: CommandSpec(name: "version", summary: "Prints the flowscope version.", usage: "version")) { _, io in
     io.out("flowscope \(flowScopeVersion)\n")
