@@ -89,6 +89,19 @@ public enum ISO8601 {
         let m = mp < 10 ? mp + 3 : mp - 9
         let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
         let secs = inDay / 1_000_000, frac = inDay % 1_000_000
+        if (0...9999).contains(y) {
+            // Fast path: fixed-width digits straight into the string's storage.
+            return String(unsafeUninitializedCapacity: 27) { buf in
+                func put(_ v: Int64, _ at: Int, _ width: Int) {
+                    var v = v
+                    for i in stride(from: at + width - 1, through: at, by: -1) { buf[i] = UInt8(48 + v % 10); v /= 10 }
+                }
+                put(y, 0, 4); buf[4] = 45; put(m, 5, 2); buf[7] = 45; put(d, 8, 2); buf[10] = 84
+                put(secs / 3600, 11, 2); buf[13] = 58; put(secs / 60 % 60, 14, 2); buf[16] = 58; put(secs % 60, 17, 2)
+                buf[19] = 46; put(frac, 20, 6); buf[26] = 90
+                return 27
+            }
+        }
         func pad(_ v: Int64, _ width: Int) -> String {
             let s = String(v)
             return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s

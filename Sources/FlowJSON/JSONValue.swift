@@ -70,11 +70,13 @@ public enum JSONWriter {
             out += "]"
         case .object(let members):
             out += "{"
-            for (i, key) in members.keys.sorted().enumerated() {
-                if i > 0 { out += "," }
+            var first = true
+            for (key, member) in members.sorted(by: { $0.key < $1.key }) {
+                if !first { out += "," }
+                first = false
                 writeString(key, to: &out)
                 out += ":"
-                write(members[key]!, to: &out)
+                write(member, to: &out)
             }
             out += "}"
         }
@@ -92,6 +94,17 @@ public enum JSONWriter {
 
     /// Appends a quoted, escaped JSON string.
     public static func writeString(_ s: String, to out: inout String) {
+        // Fast path: most strings need no escaping; append them whole (one copy of their UTF-8).
+        let plain = s.utf8.withContiguousStorageIfAvailable { bytes in
+            for b in bytes where b < 0x20 || b == 0x22 || b == 0x5C || b == 0xE2 { return false }
+            return true
+        }
+        if plain == true {
+            out += "\""
+            out += s
+            out += "\""
+            return
+        }
         out += "\""
         for scalar in s.unicodeScalars {
             switch scalar {

@@ -6,9 +6,10 @@ import Glibc
 
 let benchCommand = Command(spec: CommandSpec(
     name: "bench", summary: "Runs the performance benchmarks (engine, pipeline, metrics, simulator, SQLite).",
-    usage: "bench [--json] [--quick]",
+    usage: "bench [--json] [--quick] [--only NAMES]",
     options: [.init("json", "print {\"benchmarks\": [{name, value, unit, baseline, ratio}]}"),
-              .init("quick", "fewer runs and less work per run (under 30 s; noisier numbers)")],
+              .init("quick", "fewer runs and less work per run (under 30 s; noisier numbers)"),
+              .init("only", value: "NAMES", "comma-separated names or prefixes to run (e.g. pipeline,sim.calls)")],
     details: """
     Each benchmark warms up, runs several times and reports the median; a baseline (a Mutex-guarded
     Dictionary lookup, an Atomic<Int> add, plain SQLite) is measured in the same run. Build with
@@ -34,7 +35,8 @@ func runBench(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     let suite = BenchmarkSuite(quick: args.flag("quick"), directory: directory)
     let results: [BenchmarkResult]
     do {
-        results = try await suite.run { name in
+        let only = args.value("only").map { $0.split(separator: ",").map(String.init) } ?? []
+        results = try await suite.run(only: only) { name in
             if !json && io.isTerminal { io.err("running \(name)...\n") }
         }
     } catch {
