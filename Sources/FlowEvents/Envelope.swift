@@ -61,6 +61,31 @@ public struct Envelope: Sendable {
         out += "}"
     }
 
+    /// Appends the envelope as compact JSON to a byte buffer: the same text as
+    /// ``appendJSON(to:)-(String)``, for sinks that write bytes (files, sockets).
+    public func appendJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"seq":"#.utf8)
+        JSONWriter.writeInteger(Int64(bitPattern: seq), to: &out)
+        out.append(contentsOf: #","ts":""#.utf8)
+        ISO8601.append(ts, to: &out)
+        out.append(contentsOf: #"","t":"#.utf8)
+        JSONWriter.writeNumber((t * 1_000_000).rounded() / 1_000_000, to: &out)
+        out.append(contentsOf: #","run":"#.utf8)
+        JSONWriter.writeString(run, to: &out)
+        out.append(contentsOf: #","trace":""#.utf8)
+        appendHex(trace.high, to: &out)
+        appendHex(trace.low, to: &out)
+        out.append(contentsOf: #"","span":""#.utf8)
+        appendHex(span.raw, to: &out)
+        out.append(contentsOf: #"","name":""#.utf8)
+        out.append(contentsOf: name.rawValue.utf8)
+        out.append(contentsOf: #"","placement":"#.utf8)
+        if let placement { JSONWriter.writeString(placement, to: &out) } else { out.append(contentsOf: "null".utf8) }
+        out.append(contentsOf: #","attrs":"#.utf8)
+        JSONWriter.write(.object(attrs), to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+
     /// The envelope as a JSON value.
     public var jsonValue: JSONValue {
         [
@@ -71,10 +96,47 @@ public struct Envelope: Sendable {
     }
 }
 
+/// Appends 16 lowercase hex digits.
+@inline(__always)
+private func appendHex(_ v: UInt64, to out: inout [UInt8]) {
+    for i in 0..<16 {
+        let nibble = UInt8((v >> UInt64(60 - 4 * i)) & 0xF)
+        out.append(nibble < 10 ? 48 + nibble : 87 + nibble)
+    }
+}
+
 /// UTC timestamps in ISO 8601 with microseconds, e.g. `2026-12-02T10:11:12.345678Z`.
 public enum ISO8601 {
+    /// Appends `format(seconds)` to a byte buffer.
+    public static func append(_ seconds: Double, to out: inout [UInt8]) {
+        let f = fields(seconds)
+        guard (0...9999).contains(f.y) else { out.append(contentsOf: format(seconds).utf8); return }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 27) { buf in
+            fill(buf, f)
+            out.append(contentsOf: UnsafeBufferPointer(buf))
+        }
+    }
+
     /// Formats seconds since 1970 as ISO 8601 UTC with six fractional digits.
     public static func format(_ seconds: Double) -> String {
+        let f = fields(seconds)
+        if (0...9999).contains(f.y) {
+            // Fast path: fixed-width digits straight into the string's storage.
+            return String(unsafeUninitializedCapacity: 27) { buf in
+                fill(buf, f)
+                return 27
+            }
+        }
+        func pad(_ v: Int64, _ width: Int) -> String {
+            let s = String(v)
+            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+        }
+        let secs = f.secs
+        return "\(pad(f.y, 4))-\(pad(f.m, 2))-\(pad(f.d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2)).\(pad(f.frac, 6))Z"
+    }
+
+    /// Civil date, seconds of the day and microseconds of a time.
+    private static func fields(_ seconds: Double) -> (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64) {
         let micros = Int64((seconds * 1_000_000).rounded(.down))
         var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
         let inDay = micros - days * 86_400_000_000
@@ -88,12 +150,18 @@ public enum ISO8601 {
         let d = doy - (153 * mp + 2) / 5 + 1
         let m = mp < 10 ? mp + 3 : mp - 9
         let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
-        let secs = inDay / 1_000_000, frac = inDay % 1_000_000
-        func pad(_ v: Int64, _ width: Int) -> String {
-            let s = String(v)
-            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+        return (y, m, d, inDay / 1_000_000, inDay % 1_000_000)
+    }
+
+    /// Writes the 27 bytes of a time whose year has four digits.
+    private static func fill(_ buf: UnsafeMutableBufferPointer<UInt8>, _ f: (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64)) {
+        func put(_ v: Int64, _ at: Int, _ width: Int) {
+            var v = v
+            for i in stride(from: at + width - 1, through: at, by: -1) { buf[i] = UInt8(48 + v % 10); v /= 10 }
         }
-        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2)).\(pad(frac, 6))Z"
+        put(f.y, 0, 4); buf[4] = 45; put(f.m, 5, 2); buf[7] = 45; put(f.d, 8, 2); buf[10] = 84
+        put(f.secs / 3600, 11, 2); buf[13] = 58; put(f.secs / 60 % 60, 14, 2); buf[16] = 58; put(f.secs % 60, 17, 2)
+        buf[19] = 46; put(f.frac, 20, 6); buf[26] = 90
     }
 
     /// Parses what `format` writes (fraction optional, 0-9 digits); nil for anything else.

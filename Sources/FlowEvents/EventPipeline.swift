@@ -238,10 +238,12 @@ private struct DropReporter: Sendable {
     var wallClock: @Sendable () -> Double
 }
 
-/// One sink's queue: `items[head...]` are waiting, oldest first.
-private struct LaneQueue {
-    var items: [Envelope] = []
-    var head = 0
+/// One sink's view of the shared log: it has consumed (or dropped) everything before `cursor`.
+private struct Lane {
+    /// Log index of the next envelope this sink has not yet taken.
+    var cursor: UInt64 = 0
+    /// Log indices at or after `cursor` that are not for this sink (reports about its own drops), ascending.
+    var excluded: [UInt64] = []
     var waiting = false
     var stopping = false
     var consuming = false
@@ -251,26 +253,33 @@ private struct LaneQueue {
     var consumed: UInt64 = 0
     var batches: UInt64 = 0
 
-    var depth: Int { items.count - head }
+    /// Envelopes waiting for this sink when the log holds `total`.
+    func depth(total: UInt64) -> Int { Int(total - cursor) - excluded.count }
 
-    /// Appends; at capacity the oldest is dropped (and compacted away now and then).
-    /// Returns true when something was dropped.
-    mutating func push(_ envelope: Envelope, capacity: Int) -> Bool {
-        items.append(envelope)
-        guard items.count - head > capacity else { return false }
-        head += 1
+    /// Drops the oldest envelope waiting for this sink.
+    mutating func dropOldest() {
+        while let first = excluded.first, first == cursor { excluded.removeFirst(); cursor += 1 }
+        cursor += 1
+        while let first = excluded.first, first == cursor { excluded.removeFirst(); cursor += 1 }
         dropped += 1
         unreported += 1
-        if head >= max(1, capacity / 2) {
-            items.removeFirst(head)
-            head = 0
-        }
-        return true
     }
 }
 
-/// The shared state of a pipeline: every lane's queue under one lock (one acquisition per event),
-/// plus a semaphore per drain thread to wake it and one to say it has finished.
+/// A run of the log that no longer grows, shared by every sink that has not yet taken it.
+private struct Segment {
+    var base: UInt64
+    var items: [Envelope]
+}
+
+/// The shared state of a pipeline: one log of envelopes for all sinks (each envelope is stored
+/// once and the same immutable arrays are handed to every sink, so the emitter copies an event
+/// once whatever the number of sinks), a cursor per sink, all under one lock (one acquisition per
+/// event); plus a semaphore per drain thread to wake it and one to say it has finished.
+///
+/// Memory is bounded: a segment is freed once every sink has taken it, and a sink never has more
+/// than `capacity` envelopes waiting (past that its oldest are dropped), so the log holds at most
+/// `capacity` envelopes plus the batches being consumed.
 private final class Hub: Sendable {
     let sinks: [any EventSink]
     let capacity: Int
@@ -284,7 +293,14 @@ private final class Hub: Sendable {
     struct HubState: ~Copyable {
         var closed = false
         var reports: UInt64 = 0
-        var lanes: [LaneQueue]
+        var lanes: [Lane]
+        /// Sealed segments, oldest first.
+        var segments: [Segment] = []
+        /// The segment being filled; its first envelope has log index `openBase`.
+        var open: [Envelope] = []
+        var openBase: UInt64 = 0
+        /// Log indices handed out so far.
+        var total: UInt64 { openBase + UInt64(open.count) }
     }
 
     init(sinks: [any EventSink], capacity: Int, maxBatch: Int, linger: UInt32) {
@@ -292,55 +308,64 @@ private final class Hub: Sendable {
         self.capacity = capacity
         self.maxBatch = maxBatch
         self.linger = linger
-        self.state = Mutex(HubState(lanes: Array(repeating: LaneQueue(), count: sinks.count)))
+        self.state = Mutex(HubState(lanes: Array(repeating: Lane(), count: sinks.count)))
         self.wakes = sinks.map { _ in DispatchSemaphore(value: 0) }
         self.dones = sinks.map { _ in DispatchSemaphore(value: 0) }
     }
 
     func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds &- startUptime) / 1e9 }
 
-    /// Stamps one envelope (`make` gets the seq) and appends it to every lane.
+    /// Stamps one envelope (`make` gets the seq) and appends it for every lane.
     func enqueue(reporter: DropReporter, _ make: (UInt64) -> Envelope) {
-        let wake = state.withLock { state -> [Int] in
-            guard !state.closed else { return [] }
+        var wake = WakeList()
+        state.withLock { state in
+            guard !state.closed else { return }
             let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-            var wake: [Int] = []
             push(make(seq), except: nil, state: &state, reporter: reporter, wake: &wake)
-            return wake
         }
-        for index in wake { wakes[index].signal() }
+        wake.signal(wakes)
     }
 
     /// Renumbers and appends envelopes from elsewhere.
     func enqueueAll(_ envelopes: [Envelope], reporter: DropReporter) {
-        let wake = state.withLock { state -> [Int] in
-            guard !state.closed else { return [] }
-            var wake: [Int] = []
+        var wake = WakeList()
+        state.withLock { state in
+            guard !state.closed else { return }
             for var envelope in envelopes {
                 envelope.seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
                 push(envelope, except: nil, state: &state, reporter: reporter, wake: &wake)
             }
-            return wake
         }
-        for index in wake { wakes[index].signal() }
+        wake.signal(wakes)
     }
 
-    /// With the lock held: appends to every lane but `except`; notes the lanes to wake.
-    private func push(_ envelope: Envelope, except: Int?, state: inout HubState, reporter: DropReporter, wake: inout [Int]) {
-        for index in state.lanes.indices where index != except {
-            let dropped = state.lanes[index].push(envelope, capacity: capacity)
-            if state.lanes[index].waiting {
-                state.lanes[index].waiting = false
-                wake.append(index)
+    /// With the lock held: appends to the log for every lane but `except`; notes the lanes to wake.
+    private func push(_ envelope: Envelope, except: Int?, state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
+        let index = state.total
+        state.open.append(envelope)
+        let total = index + 1
+        for lane in state.lanes.indices {
+            if lane == except {
+                state.lanes[lane].excluded.append(index)
+                continue
             }
-            if dropped { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
+            var dropped = false
+            if state.lanes[lane].depth(total: total) > capacity {
+                state.lanes[lane].dropOldest()
+                dropped = true
+            }
+            if state.lanes[lane].waiting {
+                state.lanes[lane].waiting = false
+                wake.add(lane)
+            }
+            if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
         }
     }
 
     /// With the lock held: emits a `sink.dropped` event about lane `index` to the other lanes
     /// when it has unreported drops and (unless `force`) its last report is old enough. Reports
     /// about the other lanes are rate-limited the same way, so this never storms.
-    private func report(lane index: Int, force: Bool, state: inout HubState, reporter: DropReporter, wake: inout [Int]) {
+    private func report(lane index: Int, force: Bool, state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
         let now = uptime()
         let count = state.lanes[index].unreported
         guard count > 0, force || now - state.lanes[index].lastReport >= EventPipeline.dropReportInterval else { return }
@@ -358,33 +383,38 @@ private final class Hub: Sendable {
 
     func stats() -> [SinkStats] {
         state.withLock { state in
-            state.lanes.indices.map { i in
+            let total = state.total
+            return state.lanes.indices.map { i in
                 let lane = state.lanes[i]
-                return SinkStats(sink: sinks[i].name, queueDepth: lane.depth, capacity: capacity, dropped: lane.dropped,
-                                 consumed: lane.consumed, batches: lane.batches)
+                return SinkStats(sink: sinks[i].name, queueDepth: lane.depth(total: total), capacity: capacity,
+                                 dropped: lane.dropped, consumed: lane.consumed, batches: lane.batches)
             }
         }
     }
 
-    var isIdle: Bool { state.withLock { $0.lanes.allSatisfy { $0.depth == 0 && !$0.consuming } } }
+    var isIdle: Bool {
+        state.withLock { state in
+            let total = state.total
+            return state.lanes.allSatisfy { $0.depth(total: total) == 0 && !$0.consuming }
+        }
+    }
 
     /// Refuses new events and tells every drain thread to finish; with a reporter, pending drop
     /// reports go out first.
     func stopAll(reporter: DropReporter?) {
-        let wake = state.withLock { state -> [Int] in
-            guard !state.closed else { return [] }
-            var wake: [Int] = []
+        var wake = WakeList()
+        state.withLock { state in
+            guard !state.closed else { return }
             if let reporter {
                 for index in state.lanes.indices { report(lane: index, force: true, state: &state, reporter: reporter, wake: &wake) }
             }
             state.closed = true
             for index in state.lanes.indices {
                 state.lanes[index].stopping = true
-                if state.lanes[index].waiting { state.lanes[index].waiting = false; wake.append(index) }
+                if state.lanes[index].waiting { state.lanes[index].waiting = false; wake.add(index) }
             }
-            return wake
         }
-        for index in wake { wakes[index].signal() }
+        wake.signal(wakes)
     }
 
     /// Waits for every drain thread to finish (any number of callers).
@@ -395,62 +425,145 @@ private final class Hub: Sendable {
         }
     }
 
-    /// The drain thread of lane `index`: take everything queued (an O(1) swap under the lock),
-    /// consume it in batches outside the lock, repeat; at stop, drain, flush, close. The counters
-    /// of a consumed batch are recorded at the next take, so each cycle locks once.
+    /// What a drain thread takes under the lock.
+    private enum Take {
+        /// Shared segments (or filtered copies) with the offset this lane starts at in each.
+        case batches([(items: [Envelope], lower: Int)], count: Int)
+        case wait
+        case finished
+    }
+
+    /// With the lock held: everything lane `index` has not taken, as slices of the shared segments
+    /// (no envelope is copied unless some must be left out for this lane); frees the segments
+    /// every lane has taken into `freed` (released after the lock).
+    private func take(lane index: Int, state: inout HubState, freed: inout [Segment]) -> Take {
+        let total = state.total
+        if state.lanes[index].depth(total: total) == 0 {
+            state.lanes[index].cursor = total
+            state.lanes[index].excluded.removeAll()
+            collect(&state, freed: &freed)
+            if state.lanes[index].stopping { return .finished }
+            state.lanes[index].waiting = true
+            return .wait
+        }
+        if !state.open.isEmpty {
+            let sealed = state.open
+            state.segments.append(Segment(base: state.openBase, items: sealed))
+            state.openBase += UInt64(sealed.count)
+            state.open = []
+            state.open.reserveCapacity(min(max(64, sealed.count), 4096))
+        }
+        let from = state.lanes[index].cursor
+        let excluded = state.lanes[index].excluded
+        var chunks: [(items: [Envelope], lower: Int)] = []
+        var count = 0
+        for segment in state.segments {
+            let end = segment.base + UInt64(segment.items.count)
+            guard end > from else { continue }
+            var chunk = (items: segment.items, lower: Int(max(from, segment.base) - segment.base))
+            if !excluded.isEmpty, excluded.contains(where: { $0 >= segment.base && $0 < end }) {
+                var kept: [Envelope] = []
+                for offset in chunk.lower..<segment.items.count where !excluded.contains(segment.base + UInt64(offset)) {
+                    kept.append(segment.items[offset])
+                }
+                chunk = (kept, 0)
+            }
+            if chunk.items.count > chunk.lower {
+                count += chunk.items.count - chunk.lower
+                chunks.append(chunk)
+            }
+        }
+        state.lanes[index].cursor = total
+        state.lanes[index].excluded.removeAll()
+        state.lanes[index].consuming = true
+        collect(&state, freed: &freed)
+        return .batches(chunks, count: count)
+    }
+
+    /// With the lock held: moves the segments every lane has passed into `freed`.
+    private func collect(_ state: inout HubState, freed: inout [Segment]) {
+        guard let oldest = state.lanes.map(\.cursor).min() else { return }
+        var drop = 0
+        while drop < state.segments.count, state.segments[drop].base + UInt64(state.segments[drop].items.count) <= oldest { drop += 1 }
+        guard drop > 0 else { return }
+        freed.append(contentsOf: state.segments[..<drop])
+        state.segments.removeFirst(drop)
+    }
+
+    /// The drain thread of lane `index`: take everything queued (slices of the shared log, under
+    /// the lock), consume it in batches outside the lock, repeat; at stop, drain, flush, close.
+    /// The counters of a consumed batch are recorded at the next take, so each cycle locks once.
     func drain(lane index: Int, reporter: DropReporter) {
         let sink = sinks[index]
-        var taken: [Envelope] = []
         var consumed: UInt64 = 0, batches: UInt64 = 0
         while true {
-            var wake: [Int] = []
-            let (start, finished) = state.withLock { state -> (Int, Bool) in
+            var wake = WakeList()
+            var freed: [Segment] = []
+            let taken = state.withLock { state -> Take in
                 if batches > 0 {
                     state.lanes[index].consuming = false
                     state.lanes[index].consumed += consumed
                     state.lanes[index].batches += batches
                     if !state.closed { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
                 }
-                if state.lanes[index].depth == 0 {
-                    state.lanes[index].items.removeAll(keepingCapacity: true)
-                    state.lanes[index].head = 0
-                    if state.lanes[index].stopping { return (0, true) }
-                    state.lanes[index].waiting = true
-                    return (-1, false)
-                }
-                swap(&state.lanes[index].items, &taken)
-                let start = state.lanes[index].head
-                state.lanes[index].head = 0
-                state.lanes[index].consuming = true
-                return (start, false)
+                return take(lane: index, state: &state, freed: &freed)
             }
-            for other in wake { wakes[other].signal() }
+            wake.signal(wakes)
+            freed.removeAll()  // envelopes every sink has seen are released here, outside the lock
             consumed = 0
             batches = 0
-            if finished { break }
-            if start < 0 {
+            switch taken {
+            case .finished:
+                sink.flush()
+                if let closing = sink as? any ClosingSink { closing.close() }
+                dones[index].signal()
+                return
+            case .wait:
                 wakes[index].wait()
                 // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
                 // one per event (a futex round trip per event would cost the emitter far more).
                 if linger > 0 { usleep(linger) }
-                continue
+            case .batches(let chunks, let count):
+                for chunk in chunks {
+                    var from = chunk.lower
+                    while from < chunk.items.count {
+                        let to = min(from + maxBatch, chunk.items.count)
+                        // A whole segment is handed over as the shared array itself (no copy).
+                        sink.consume(from == 0 && to == chunk.items.count ? chunk.items : Array(chunk.items[from..<to]))
+                        batches += 1
+                        from = to
+                    }
+                }
+                consumed = UInt64(count)
+                // Keeping up easily: let the next batch gather instead of taking the lock per event.
+                if count < maxBatch && linger > 0 { usleep(linger) }
             }
-            var from = start
-            while from < taken.count {
-                let to = min(from + maxBatch, taken.count)
-                sink.consume(from == 0 && to == taken.count ? taken : Array(taken[from..<to]))
-                batches += 1
-                from = to
-            }
-            consumed = UInt64(taken.count - start)
-            let small = consumed < UInt64(maxBatch)
-            // Keep the buffer for the next swap unless a burst made it large.
-            taken.removeAll(keepingCapacity: taken.capacity <= 16_384)
-            // Keeping up easily: let the next batch gather instead of taking the lock per event.
-            if small && linger > 0 { usleep(linger) }
         }
-        sink.flush()
-        if let closing = sink as? any ClosingSink { closing.close() }
-        dones[index].signal()
+    }
+}
+
+/// Lanes to wake once the lock is released (no allocation for up to four lanes).
+private struct WakeList {
+    private var first: (Int, Int, Int, Int) = (-1, -1, -1, -1)
+    private var count = 0
+    private var more: [Int] = []
+
+    mutating func add(_ lane: Int) {
+        switch count {
+        case 0: first.0 = lane
+        case 1: first.1 = lane
+        case 2: first.2 = lane
+        case 3: first.3 = lane
+        default: more.append(lane)
+        }
+        count += 1
+    }
+
+    func signal(_ semaphores: [DispatchSemaphore]) {
+        if count > 0 { semaphores[first.0].signal() }
+        if count > 1 { semaphores[first.1].signal() }
+        if count > 2 { semaphores[first.2].signal() }
+        if count > 3 { semaphores[first.3].signal() }
+        for lane in more { semaphores[lane].signal() }
     }
 }

@@ -53,14 +53,19 @@ public final class FlowEngine: CacheView {
         case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
         case layout(LayoutMachine), prefetch(AssetPrefetchMachine), profile(ProfileMachine)
     }
-    private struct Call {
-        var machine: Machine
+    /// What actions need of their call, without copying its machine and tables.
+    private struct CallInfo {
         let trace: TraceID
         let spanBase: UInt64
-        /// The call that started this one as a sub-call, with its tag; nil for top-level and background calls.
-        var parent: (call: CallID, tag: Int)?
         /// The top-level call this work belongs to.
         let origin: CallID
+    }
+    private struct Call {
+        var machine: Machine
+        let info: CallInfo
+        var trace: TraceID { info.trace }
+        /// The call that started this one as a sub-call, with its tag; nil for top-level and background calls.
+        var parent: (call: CallID, tag: Int)?
         /// Whether the host hears of its end (false for background work and sub-calls).
         let reported: Bool
         var requests: [Int: RequestID] = [:]
@@ -91,16 +96,18 @@ public final class FlowEngine: CacheView {
     /// Starts getFlow. Throws wrongParam (3001) at once, with no request, for invalid arguments.
     public func getFlow(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
                         loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
-        let m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
+        var m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
                                    profileId: profile.id, fallback: configuration.fallback)
+        m.reportsEvents = events != nil
         return begin(.get(m), now: now)
     }
 
     /// Starts getFlowForDefaultAudience.
     public func getFlowForDefaultAudience(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
                                           now: Double) throws(FlowError) -> CallID {
-        let m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
+        var m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
                                    policy: policy, profileId: profile.id, fallback: configuration.fallback)
+        m.reportsEvents = events != nil
         return begin(.get(m), now: now)
     }
 
@@ -250,7 +257,8 @@ public final class FlowEngine: CacheView {
         nextID += 1
         let trace = inherited ?? newTrace()
         if inherited == nil { lastTrace = trace }
-        calls[id] = Call(machine: machine, trace: trace, spanBase: spanBase, parent: parent, origin: origin ?? id, reported: reported)
+        calls[id] = Call(machine: machine, info: CallInfo(trace: trace, spanBase: spanBase, origin: origin ?? id), parent: parent,
+                         reported: reported)
         first?(self, trace)
         drive(id, now: now) { machine, cache, actions in
             switch machine {
@@ -278,18 +286,21 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    /// Runs one input through a call's machine, then carries out the actions it returned.
+    /// Runs one input through a call's machine (mutated in place in the call table), then carries
+    /// out the actions it returned.
     private func drive(_ id: CallID, now: Double, _ body: (inout Machine, FlowEngine, inout [MachineAction]) -> Void) {
-        guard var call = calls[id] else { return }
+        guard let index = calls.index(forKey: id) else { return }
         var actions: [MachineAction] = []
-        body(&call.machine, self, &actions)
-        calls[id]?.machine = call.machine
+        actions.reserveCapacity(8)
+        body(&calls.values[index].machine, self, &actions)
         perform(actions, for: id, now: now)
     }
 
     private func perform(_ actions: [MachineAction], for id: CallID, now: Double) {
         for action in actions {
-            guard let call = calls[id] else { return }
+            // The call may have ended during an earlier action (a finished child, an abort).
+            guard let index = calls.index(forKey: id) else { return }
+            let call = calls.values[index].info
             switch action {
             case .send(let tag, let spec):
                 let rid = RequestID(raw: nextID)
@@ -315,7 +326,7 @@ public final class FlowEngine: CacheView {
                 }
             case .storeFlow(let placement, let entry, let keepTargeted):
                 let key = CacheKey(profileId: profile.id, placementId: placement)
-                let result = flowCache.write(key, entry, keepTargeted: keepTargeted)
+                let result = flowCache.write(key, entry, keepTargeted: keepTargeted, measure: events != nil)
                 if let corrupt = result.corrupt {
                     emit(.cacheCorrupt, placement: placement, span: 0, ["key": .string(corrupt.key), "reason": .string(corrupt.reason)], call, now)
                 }
@@ -336,16 +347,19 @@ public final class FlowEngine: CacheView {
             case .startChild(let tag, let child):
                 let machine: Machine
                 do {
+                    var m: GetFlowMachine
                     switch child {
                     case .defaultAudience(let placement):
-                        machine = .get(try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
-                                                          placement: placement, profileId: profile.id,
-                                                          fallback: configuration.fallback, reportsCall: false))
+                        m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+                                               placement: placement, profileId: profile.id,
+                                               fallback: configuration.fallback, reportsCall: false)
                     case .targeted(let placement, let loadTimeout):
-                        machine = .get(try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement,
-                                                          profileId: profile.id, fallback: configuration.fallback,
-                                                          reportsCall: false))
+                        m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement,
+                                               profileId: profile.id, fallback: configuration.fallback,
+                                               reportsCall: false)
                     }
+                    m.reportsEvents = events != nil
+                    machine = .get(m)
                 } catch {
                     deliverChild(id, tag: tag, .failed(error), now: now)
                     continue
@@ -363,7 +377,7 @@ public final class FlowEngine: CacheView {
                 attributionWatchers.insert(id)
             case .prefetchAssets(let urls):
                 let placement: String
-                if case .layout(let m) = call.machine { placement = m.flow.placementId } else { placement = "" }
+                if case .layout(let m) = calls.values[index].machine { placement = m.flow.placementId } else { placement = "" }
                 _ = begin(.prefetch(AssetPrefetchMachine(placement: placement, urls: urls,
                                                          requestTimeout: configuration.requestTimeout, profileId: profile.id)),
                           now: now, reported: false, trace: call.trace, spanBase: call.spanBase + 100_000, origin: call.origin)
@@ -398,10 +412,11 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: [String: JSONValue], _ call: Call, _ now: Double) {
+    private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: @autoclosure () -> [String: JSONValue],
+                      _ call: CallInfo, _ now: Double) {
         guard let events else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
-        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
     }
 }
 

@@ -26,6 +26,18 @@ public protocol FlowDiskStore: AnyObject {
     func remove(_ key: CacheKey)
     /// Removes every entry of every other profile.
     func removeAll(exceptProfile profileId: String)
+    /// Stores an entry given as a value; `encoded()` returns its bytes (encoding them at most once),
+    /// so a store that keeps no bytes need not pay for the encoding. Returns the entries evicted.
+    /// The default implementation calls `save(key, encoded())`: a byte-based store only implements
+    /// `save(_:_:)`.
+    func save(_ key: CacheKey, entry: CachedFlow, encoded: () -> [UInt8]) -> [Eviction]
+}
+
+extension FlowDiskStore {
+    /// Encodes the entry and stores its bytes with `save(_:_:)`.
+    public func save(_ key: CacheKey, entry: CachedFlow, encoded: () -> [UInt8]) -> [Eviction] {
+        save(key, encoded())
+    }
 }
 
 /// Least-recently-used bookkeeping shared by disk stores: sizes, recency, and who to evict.
@@ -155,8 +167,15 @@ public final class FlowCache {
     }
 
     /// Writes an entry. With `keepTargeted`, an existing targeted entry is left in place (a targeted
-    /// entry is never replaced by a default-audience one).
+    /// entry is never replaced by a default-audience one). With `measure` false the entry is encoded
+    /// only if the disk layer asks for its bytes, and `bytes` is then 0 when it did not (the engine
+    /// needs the size only for the `cache.stored` event).
     public func write(_ key: CacheKey, _ entry: CachedFlow, keepTargeted: Bool) -> WriteResult {
+        write(key, entry, keepTargeted: keepTargeted, measure: true)
+    }
+
+    /// ``write(_:_:keepTargeted:)``, encoding the entry only when the disk layer or `measure` needs it.
+    public func write(_ key: CacheKey, _ entry: CachedFlow, keepTargeted: Bool, measure: Bool) -> WriteResult {
         var corrupt: (key: String, reason: String)?
         if keepTargeted {
             switch peek(key) {
@@ -168,11 +187,17 @@ public final class FlowCache {
                 break
             }
         }
-        let bytes = CacheEntryCodec.encode(entry, key: key)
+        var bytes: [UInt8]?
         memory[key] = entry
-        let evicted = disk.save(key, bytes)
+        let evicted = disk.save(key, entry: entry) {
+            if let bytes { return bytes }
+            let encoded = CacheEntryCodec.encode(entry, key: key)
+            bytes = encoded
+            return encoded
+        }
         for e in evicted { memory[e.key] = nil }
-        return WriteResult(stored: memory[key] != nil, bytes: bytes.count, evicted: evicted, corrupt: corrupt)
+        if measure, bytes == nil { bytes = CacheEntryCodec.encode(entry, key: key) }
+        return WriteResult(stored: memory[key] != nil, bytes: bytes?.count ?? 0, evicted: evicted, corrupt: corrupt)
     }
 
     /// Drops every other profile's entries (identify).

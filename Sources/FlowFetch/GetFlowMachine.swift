@@ -23,6 +23,9 @@ public struct GetFlowMachine: FetchMachine {
     public let reportsCall: Bool
     /// The loadTimeout the caller asked for, when it was raised to the minimum (reported as param.clamped).
     public let requestedLoadTimeout: Double?
+    /// Whether the machine returns `.emit` actions. The engine turns it off when no sink listens, so
+    /// event attributes are never built for nobody; every other action is the same either way.
+    public var reportsEvents = true
 
     private enum Stage: Sendable { case idle, targeted, defaultAudience, done }
     private var stage = Stage.idle
@@ -208,13 +211,16 @@ public struct GetFlowMachine: FetchMachine {
         nextTag += 2
         requestStartedAt = now
         requestBudget = budget
-        actions.append(.emit(.requestStart, placement: placement, span: requestTag + 1,
-                             attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
+        if reportsEvents {
+            actions.append(.emit(.requestStart, placement: placement, span: requestTag + 1,
+                                 attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
+        }
         actions.append(.send(tag: requestTag, RequestSpec(kind: kind, placement: placement, profileId: profileId, timeout: budget)))
         actions.append(.setTimer(tag: timerTag, at: now + budget))
     }
 
     private func emitRequestEnd(tag: Int, result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
+        guard reportsEvents else { return }
         var attrs: [String: JSONValue] = [
             "kind": .string(stage == .targeted ? "targeted" : "default"),
             "duration": seconds(now - requestStartedAt), "bytes": .number(Double(bytes)),
@@ -266,15 +272,16 @@ public struct GetFlowMachine: FetchMachine {
 
     private mutating func finish(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
         stage = .done
-        if reportsCall {
+        if reportsCall && reportsEvents {
             actions.append(.emit(.fetchEnd, placement: placement, span: 0,
                                  attrs: fetchEndAttrs(call: callName, outcome, duration: now - startedAt)))
         }
         actions.append(.finish(outcome))
     }
 
-    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
-        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
+    private func emit(_ name: EventName, _ attrs: @autoclosure () -> [String: JSONValue], _ actions: inout [MachineAction]) {
+        guard reportsEvents else { return }
+        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs()))
     }
 }
 

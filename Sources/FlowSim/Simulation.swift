@@ -191,6 +191,7 @@ final class NullDiskStore: FlowDiskStore {
     func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] { [] }
     func remove(_ key: CacheKey) {}
     func removeAll(exceptProfile profileId: String) {}
+    func save(_ key: CacheKey, entry: CachedFlow, encoded: () -> [UInt8]) -> [Eviction] { [] }  // no bytes needed
 }
 
 /// The simulated world of one thread: the backend, the network, the clock, and the app's calls. It
@@ -286,7 +287,8 @@ final class SessionWorld: EngineHost {
                 guard let variation = VariationDraw.pick(payload, profileId: plan.profileId) else { continue }
                 let flow = Flow(payload: payload, variation: variation, source: .cache, targetingLost: false)
                 _ = engine.flowCache.write(CacheKey(profileId: plan.profileId, placementId: id),
-                                           CachedFlow(flow: flow, storedAt: storedAt, fromDefaultAudience: false), keepTargeted: false)
+                                           CachedFlow(flow: flow, storedAt: storedAt, fromDefaultAudience: false), keepTargeted: false,
+                                           measure: false)
             }
         }
         if plan.attributed, plan.attributionAt > 0 { queue.schedule(.attribution, at: plan.attributionAt) }

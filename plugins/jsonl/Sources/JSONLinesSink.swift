@@ -102,18 +102,18 @@ public final class JSONLinesSink: ClosingSink {
     /// Appends the batch, rotating when a line would take the file past `rotateBytes`.
     public func consume(_ batch: [Envelope]) {
         file.withLock { state in
-            var line = ""
+            var line: [UInt8] = []
             line.reserveCapacity(512)
             for envelope in batch {
                 line.removeAll(keepingCapacity: true)
                 envelope.appendJSON(to: &line)
-                line += "\n"
-                let size = line.utf8.count
+                line.append(10)
+                let size = line.count
                 if state.size + state.buffer.count + size > rotateBytes && state.size + state.buffer.count > 0 {
                     state.write(sync: fsync != .never)
                     state.rotate(path, keep: keep)
                 }
-                state.buffer.append(contentsOf: line.utf8)
+                state.buffer.append(contentsOf: line)
                 switch fsync {
                 case .always: state.write(sync: true)
                 case .batch: break

@@ -1,0 +1,427 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import FlowSim
+import Foundation
+import JSONLinesSink
+import MemorySink
+import MetricsSink
+import SQLiteSink
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One benchmark's result, as `flowscope bench --json` prints it (interfaces.md, "Benchmarks").
+public struct BenchmarkResult: Sendable, Equatable {
+    /// The fixed name, e.g. `engine.getFlow.cacheHit`.
+    public var name: String
+    /// The median over the measured runs.
+    public var value: Double
+    /// What `value` counts, e.g. `ns/op`.
+    public var unit: String
+    /// The baseline measured in the same run, if the benchmark has one.
+    public var baseline: (name: String, value: Double)?
+    /// What the benchmark aims for (printed in the table, not part of the JSON).
+    public var target: String
+
+    /// `value / baseline`, or nil without a baseline.
+    public var ratio: Double? {
+        guard let b = baseline, b.value != 0 else { return nil }
+        return value / b.value
+    }
+
+    /// The result as the JSON object of the contract.
+    public var json: JSONValue {
+        [
+            "name": .string(name), "value": .number(Self.round(value)), "unit": .string(unit),
+            "baseline": baseline.map { ["name": .string($0.name), "value": .number(Self.round($0.value))] } ?? .null,
+            "ratio": ratio.map { .number(Self.round($0)) } ?? .null,
+        ]
+    }
+
+    public static func == (a: BenchmarkResult, b: BenchmarkResult) -> Bool {
+        a.name == b.name && a.value == b.value && a.unit == b.unit && a.baseline?.name == b.baseline?.name
+            && a.baseline?.value == b.baseline?.value
+    }
+
+    /// Four significant digits: enough for a benchmark, short in JSON.
+    static func round(_ v: Double) -> Double {
+        guard v.isFinite, v != 0 else { return v }
+        let scale = pow(10, 3 - floor(log10(abs(v))))
+        return (v * scale).rounded() / scale
+    }
+}
+
+/// The benchmarks of interfaces.md: each warms up, runs several times and keeps the median; each
+/// baseline is measured in the same run, interleaved with the benchmark's own runs.
+public struct BenchmarkSuite: Sendable {
+    /// Measured runs per benchmark (the median is reported).
+    public var runs: Int
+    /// Multiplies every benchmark's work per run (1 for the full suite; smaller for `--quick`).
+    public var scale: Double
+    /// A directory for the jsonl and SQLite files the benchmarks write (removed afterwards).
+    public var directory: String
+
+    /// The full suite (`runs` 7) or the quick one (`runs` 3, a tenth of the work).
+    public init(quick: Bool, directory: String) {
+        runs = quick ? 3 : 7
+        scale = quick ? 0.1 : 1
+        self.directory = directory
+    }
+
+    /// The names, in the order they run and print.
+    public static let names = [
+        "engine.getFlow.cacheHit", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
+        "metrics.counter.increment", "metrics.render", "sim.calls", "sqlite.insert",
+    ]
+
+    func count(_ n: Int, minimum: Int = 100) -> Int { max(minimum, Int(Double(n) * scale)) }
+
+    /// Runs every benchmark (or those whose names start with one of `only`); `progress` hears
+    /// each name before it starts.
+    public func run(only: [String] = [], progress: (String) -> Void = { _ in }) async throws -> [BenchmarkResult] {
+        var results: [BenchmarkResult] = []
+        for name in Self.names where only.isEmpty || only.contains(where: { name.hasPrefix($0) }) {
+            progress(name)
+            switch name {
+            case "engine.getFlow.cacheHit": results.append(try engineCacheHit())
+            case "client.getFlow.cacheHit": results.append(try await clientCacheHit())
+            case "pipeline.emit": results.append(try pipelineEmit())
+            case "pipeline.throughput": results.append(try pipelineThroughput())
+            case "metrics.counter.increment": results.append(counterIncrement())
+            case "metrics.render": results.append(try metricsRender())
+            case "sim.calls": results.append(simCalls())
+            default: results.append(try sqliteInsert())
+            }
+        }
+        return results
+    }
+
+    // MARK: engine
+
+    /// A getFlow answered from the memory cache by the engine itself (no async hop): the machine
+    /// runs, reads the cache (and touches the disk layer's recency), and emits fetch.start,
+    /// cache.hit and fetch.end into a pipeline with the metrics, memory and jsonl sinks.
+    func engineCacheHit() throws -> BenchmarkResult {
+        let pipeline = try threeSinkPipeline("engine")
+        defer { pipeline.shutdown() }
+        let host = BenchHost()
+        var traces: UInt64 = 0
+        let engine = FlowEngine(profile: Profile(id: "user-1"), flowCache: FlowCache(disk: InMemoryDiskStore()),
+                                layouts: InMemoryLayoutStore(), host: host, events: pipeline,
+                                traceIDs: { traces += 1; return TraceID(high: 1, low: traces) })
+        let flow = benchFlow()
+        _ = engine.flowCache.write(CacheKey(profileId: "user-1", placementId: flow.placementId),
+                                   CachedFlow(flow: flow, storedAt: 0, fromDefaultAudience: false), keepTargeted: false)
+        let table = Mutex<[String: CachedFlow]>([:])
+        for i in 0..<64 {
+            table.withLock { $0["placement_\(i)"] = CachedFlow(flow: flow, storedAt: 0, fromDefaultAudience: false) }
+        }
+        table.withLock { $0[flow.placementId] = CachedFlow(flow: flow, storedAt: 0, fromDefaultAudience: false) }
+
+        // 3 events per call: a run stays under the queue bound, and the queues drain between runs.
+        let n = count(20_000)
+        var now = 1.0
+        let measured = try interleaved(
+            n: n, between: { pipeline.waitUntilDrained(timeout: 30) },
+            subject: { n throws in
+                for _ in 0..<n {
+                    now += 0.001
+                    _ = try engine.getFlow(placement: "main_paywall", policy: .returnCacheDataElseLoad, loadTimeout: 5, now: now)
+                }
+            },
+            baseline: { n in
+                let key = flow.placementId
+                for _ in 0..<n { blackHole(table.withLock { $0[key] }) }
+            })
+        guard host.flows >= n, pipeline.stats().allSatisfy({ $0.dropped == 0 }) else {
+            throw BenchError("engine.getFlow.cacheHit: expected \(n) cache hits and no dropped events, got \(host.flows) hits")
+        }
+        return BenchmarkResult(name: "engine.getFlow.cacheHit", value: measured.subject, unit: "ns/op",
+                               baseline: ("Mutex<[String: CachedFlow]> lookup", measured.baseline),
+                               target: "<= 1000 ns and <= 20x baseline")
+    }
+
+    /// The same cache hit through the public async API (`FlowClient.getFlow`): adds the lock, the
+    /// continuation and the task hop.
+    func clientCacheHit() async throws -> BenchmarkResult {
+        let pipeline = try threeSinkPipeline("client")
+        defer { pipeline.shutdown() }
+        let flow = benchFlow()
+        // The entry is on "disk" already: the first call promotes it to memory, no request is sent
+        // (a loaded machine could not time out a network warm-up).
+        let disk = InMemoryDiskStore()
+        let key = CacheKey(profileId: "user-1", placementId: flow.placementId)
+        _ = disk.save(key, CacheEntryCodec.encode(CachedFlow(flow: flow, storedAt: 0, fromDefaultAudience: false), key: key))
+        let client = FlowClient(profile: Profile(id: "user-1"), backend: BenchBackend(flow: flow), disk: disk, events: pipeline)
+        _ = try await client.getFlow(placementId: flow.placementId, fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 60)
+        let n = count(20_000)
+        var samples: [Double] = []
+        for run in 0...runs {
+            pipeline.waitUntilDrained(timeout: 30)
+            let start = monotonicNanos()
+            for _ in 0..<n {
+                let f = try await client.getFlow(placementId: flow.placementId, fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 60)
+                blackHole(f)
+            }
+            if run > 0 { samples.append(Double(monotonicNanos() - start) / Double(n)) }
+        }
+        return BenchmarkResult(name: "client.getFlow.cacheHit", value: median(samples), unit: "ns/op", baseline: nil,
+                               target: "(informational: engine.getFlow.cacheHit + the async call)")
+    }
+
+    // MARK: pipeline
+
+    /// Caller-side cost of `EventPipeline.receive` with metrics, memory and jsonl attached.
+    func pipelineEmit() throws -> BenchmarkResult {
+        let pipeline = try threeSinkPipeline("emit")
+        defer { pipeline.shutdown() }
+        let event = benchEvent()
+        let n = count(50_000)
+        var samples: [Double] = []
+        var wall: [Double] = []
+        for run in 0...runs {
+            pipeline.waitUntilDrained(timeout: 30)
+            let start = threadCPUNanos(), wallStart = monotonicNanos()
+            for _ in 0..<n { pipeline.receive(event) }
+            if run > 0 {
+                samples.append(Double(threadCPUNanos() - start) / Double(n))
+                wall.append(Double(monotonicNanos() - wallStart) / Double(n))
+            }
+        }
+        pipeline.waitUntilDrained(timeout: 30)
+        guard pipeline.stats().allSatisfy({ $0.dropped == 0 && $0.consumed >= UInt64(n * (runs + 1)) }) else {
+            throw BenchError("pipeline.emit: events were dropped or not delivered: \(pipeline.stats())")
+        }
+        return BenchmarkResult(name: "pipeline.emit", value: median(samples), unit: "ns/event", baseline: nil,
+                               target: "<= 150 ns (caller CPU time; wall \(Int(median(wall))) ns)")
+    }
+
+    /// Events per second from one emitting thread until every sink has consumed them all.
+    func pipelineThroughput() throws -> BenchmarkResult {
+        let n = count(400_000, minimum: 20_000)
+        // Queues big enough that nothing is dropped: every event is delivered to all three sinks.
+        let pipeline = try threeSinkPipeline("throughput", capacity: n)
+        defer { pipeline.shutdown() }
+        let event = benchEvent()
+        var samples: [Double] = []
+        var expected: UInt64 = 0
+        for run in 0...runs {
+            pipeline.waitUntilDrained(timeout: 60)
+            let start = monotonicNanos()
+            for _ in 0..<n { pipeline.receive(event) }
+            guard pipeline.waitUntilDrained(timeout: 120) else { throw BenchError("pipeline.throughput: sinks did not drain in 120 s") }
+            let seconds = Double(monotonicNanos() - start) / 1e9
+            expected += UInt64(n)
+            if run > 0 { samples.append(Double(n) / seconds) }
+        }
+        guard pipeline.stats().allSatisfy({ $0.dropped == 0 && $0.consumed == expected }) else {
+            throw BenchError("pipeline.throughput: events were dropped or not delivered: \(pipeline.stats())")
+        }
+        return BenchmarkResult(name: "pipeline.throughput", value: median(samples), unit: "events/s", baseline: nil,
+                               target: ">= 2,000,000")
+    }
+
+    // MARK: metrics
+
+    /// `Counter.inc()` on a series already looked up, against a bare `Atomic<Int>` add.
+    func counterIncrement() -> BenchmarkResult {
+        let registry = MetricsRegistry()
+        let family = try? registry.counter("bench_total", help: "Bench.", labels: ["placement"])
+        let counter = family?.labels("main_paywall")
+        let atomic = Atomic<Int>(0)
+        let n = count(20_000_000)
+        let measured = interleaved(
+            n: n, between: {},
+            subject: { n in for _ in 0..<n { counter?.inc() } },
+            baseline: { n in for _ in 0..<n { atomic.wrappingAdd(1, ordering: .relaxed) } })
+        return BenchmarkResult(name: "metrics.counter.increment", value: measured.subject, unit: "ns/op",
+                               baseline: ("Atomic<Int> add", measured.baseline), target: "<= 15 ns")
+    }
+
+    /// Renders a registry of 10,000 series (samples, as Prometheus counts them; histograms
+    /// included) in Prometheus text; reports microseconds per 1000 series.
+    func metricsRender() throws -> BenchmarkResult {
+        let registry = MetricsRegistry()
+        let requests = try registry.counter("bench_requests_total", help: "Requests.", labels: ["placement", "outcome"])
+        let durations = try registry.histogram("bench_duration_seconds", help: "Durations.", labels: ["placement"])
+        let perHistogram = HistogramFamily.defaultSecondsBuckets.count + 3  // buckets, +Inf, _sum, _count
+        let histograms = 320
+        let counters = 10_000 - histograms * perHistogram
+        for i in 0..<counters { requests.labels("placement_\(i / 4)", ["ok", "timeout", "http_503", "reset"][i % 4]).add(UInt64(i)) }
+        for i in 0..<histograms {
+            let h = durations.labels("placement_\(i)")
+            for k in 0..<10 { h.observe(Double(k) * 0.37 + Double(i) * 0.001) }
+        }
+        let lines = registry.withRendered(format: .prometheusText) { bytes in
+            bytes.reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+        }
+        let samplesRendered = lines - 4  // HELP and TYPE of two families
+        guard samplesRendered == 10_000 else { throw BenchError("metrics.render: expected 10000 series, rendered \(samplesRendered)") }
+        let renders = count(100, minimum: 10)
+        var samples: [Double] = []
+        for run in 0...runs {
+            let start = monotonicNanos()
+            for _ in 0..<renders { blackHole(registry.withRendered(format: .prometheusText) { $0.count }) }
+            if run > 0 { samples.append(Double(monotonicNanos() - start) / Double(renders) / 1000 / 10) }
+        }
+        return BenchmarkResult(name: "metrics.render", value: median(samples), unit: "us/1000 series", baseline: nil,
+                               target: "<= 100 us")
+    }
+
+    // MARK: simulation
+
+    /// The strategy lab on one thread: engine calls per CPU second of that thread.
+    func simCalls() -> BenchmarkResult {
+        let lab = Simulation(config: .standard)
+        let sessions = count(20_000, minimum: 200)
+        _ = lab.run(sessions: max(50, sessions / 10), seed: 7, threads: 1)
+        var samples: [Double] = []
+        for run in 0..<runs {
+            let result = lab.run(sessions: sessions, seed: UInt64(run + 1), threads: 1)
+            samples.append(result.throughput.callsPerCoreSecond)
+        }
+        return BenchmarkResult(name: "sim.calls", value: median(samples), unit: "calls/s", baseline: nil, target: ">= 2,000,000")
+    }
+
+    // MARK: sqlite
+
+    /// The sqlite sink (its defaults: WAL, 1000-row transactions, indexes) storing a batch, against
+    /// plain SQLite inserting the same rows in one transaction.
+    func sqliteInsert() throws -> BenchmarkResult {
+        let rows = (0..<count(50_000, minimum: 2_000)).map { i in
+            var e = Envelope(benchEvent(), seq: UInt64(i + 1), ts: 1_790_000_000 + Double(i) / 1000, run: "bench")
+            e.placement = "placement_\(i % 16)"
+            return e
+        }
+        var sink: [Double] = [], plain: [Double] = []
+        var stored = 0
+        for run in 0...runs {
+            let sinkPath = "\(directory)/sink-\(run).sqlite", plainPath = "\(directory)/plain-\(run).sqlite"
+            let store = try SQLiteSink(options: .init(path: sinkPath))
+            var start = monotonicNanos()
+            store.consume(rows)
+            store.flush()
+            let sinkSeconds = Double(monotonicNanos() - start) / 1e9
+            stored = try store.count()
+            start = monotonicNanos()
+            try SQLiteBaseline.insert(rows, path: plainPath)
+            let plainSeconds = Double(monotonicNanos() - start) / 1e9
+            for path in [sinkPath, plainPath] {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+            }
+            guard stored == rows.count else { throw BenchError("sqlite.insert: the sink stored \(stored) of \(rows.count) rows") }
+            if run > 0 {
+                sink.append(Double(rows.count) / sinkSeconds)
+                plain.append(Double(rows.count) / plainSeconds)
+            }
+        }
+        return BenchmarkResult(name: "sqlite.insert", value: median(sink), unit: "events/s",
+                               baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
+    }
+
+    // MARK: pieces
+
+    func threeSinkPipeline(_ tag: String, capacity: Int = 65536) throws -> EventPipeline {
+        let metrics = try MetricsSink(version: flowScopeVersion)
+        let memory = MemorySink(capacity: 20_000)
+        let path = "\(directory)/\(tag).jsonl"
+        let jsonl = try JSONLinesSink(path: path, keep: 0)
+        return EventPipeline(run: "bench", sinks: [metrics, memory, jsonl], queueCapacity: capacity)
+    }
+
+    /// Runs `subject` and `baseline` alternately, `runs` times each after one warm-up of each, and
+    /// returns their median ns per operation, in CPU time of the calling thread (robust to other
+    /// processes sharing the cores; time spent blocked is not counted).
+    func interleaved(n: Int, between: () -> Void, subject: (Int) throws -> Void,
+                     baseline: (Int) -> Void) rethrows -> (subject: Double, baseline: Double) {
+        var s: [Double] = [], b: [Double] = []
+        for run in 0...runs {
+            between()
+            var start = threadCPUNanos()
+            try subject(n)
+            let subjectNanos = threadCPUNanos() - start
+            start = threadCPUNanos()
+            baseline(n)
+            let baselineNanos = threadCPUNanos() - start
+            if run > 0 {
+                s.append(Double(subjectNanos) / Double(n))
+                b.append(Double(baselineNanos) / Double(n))
+            }
+        }
+        return (median(s), median(b))
+    }
+}
+
+/// A benchmark that could not run or did less work than it should.
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The engine's host for the cache-hit benchmark: nothing is sent; finished calls are counted.
+private final class BenchHost: EngineHost {
+    var flows = 0
+    func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {}
+    func cancel(_ request: RequestID) {}
+    func schedule(_ timer: TimerID, at: Double) {}
+    func unschedule(_ timer: TimerID) {}
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+        if outcome.flow != nil { flows += 1 }
+    }
+}
+
+/// Answers every audience request with one flow (FlowClient's first, uncached call).
+private struct BenchBackend: FlowBackend {
+    let payload: AudiencePayload
+    init(flow: Flow) {
+        payload = AudiencePayload(placementId: flow.placementId, audienceName: flow.audienceName,
+                                  audienceVersionId: flow.audienceVersionId,
+                                  variations: [Variation(id: flow.variationId, weight: 100, revision: flow.revision,
+                                                         productIds: flow.productIds, remoteConfig: flow.remoteConfig)])
+    }
+    func send(_ request: RequestSpec) async -> RequestCompletion {
+        RequestCompletion(.success(.audience(payload)), bytes: 1_400)
+    }
+}
+
+/// A typical flow: a few products and a small remote config.
+func benchFlow() -> Flow {
+    let payload = AudiencePayload(placementId: "main_paywall", audienceName: "All Users", audienceVersionId: "main-all-1",
+                                  variations: [Variation(id: "main-a", weight: 100, revision: 3,
+                                                         productIds: ["pro.monthly", "pro.yearly"],
+                                                         remoteConfig: ["title": "Go Pro", "trialDays": 7])])
+    return Flow(payload: payload, variation: payload.variations[0], source: .network, targetingLost: false)
+}
+
+/// A typical event: cache.hit with its three attributes.
+func benchEvent() -> EngineEvent {
+    let trace = TraceID(high: 0x4bf9_2f35_77b3_4da6, low: 0xa3ce_929d_0e0e_4736)
+    return EngineEvent(name: .cacheHit, t: 4.5, placement: "main_paywall", trace: trace, span: SpanID(trace: trace, index: 0),
+                       attrs: ["layer": "memory", "age": 12.5, "audience": "targeted"])
+}
+
+/// CPU nanoseconds the calling thread has used.
+func threadCPUNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// Nanoseconds on the monotonic clock.
+func monotonicNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func median(_ values: [Double]) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let s = values.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+/// Keeps a value alive so the optimizer cannot remove the work that produced it.
+@inline(never)
+func blackHole<T>(_ value: T) { withExtendedLifetime(value) {} }
