@@ -1,0 +1,120 @@
+import FlowJSON
+import Foundation
+import Testing
+@testable import FlowScopeCLI
+
+@Suite("check-config, serve's config errors, and cert")
+struct ConfigCommandTests {
+    @Test("the shipped config/flowscope.json5 is valid")
+    func shippedConfig() async throws {
+        let path = packageRoot + "/config/flowscope.json5"
+        let result = await flowscope("check-config", path)
+        #expect(result.status == 0, "\(result.err)")
+        #expect(result.out == "\(path): ok (sinks: metrics, memory, sqlite, jsonl, otlp, console; 7 strategies)\n")
+        #expect(result.err.isEmpty)
+        let config = try FlowScopeConfig.load(path: path)
+        #expect(config.server.bind == "127.0.0.1")
+        #expect(config.server.port == 8443)
+        #expect(config.demo.enabled)
+    }
+
+    /// (config text, the one error line after `<file>: `).
+    static let badConfigs: [(String, String)] = [
+        (#"{ nope: 1 }"#, #"$.nope: unknown key "nope""#),
+        (#"{ server: { port: "8443" } }"#, #"$.server.port: expected an integer, got a string "8443""#),
+        (#"{ server: { port: 70000 } }"#, #"$.server.port: expected a whole number from 0 to 65535"#),
+        (#"{ demo: { enabled: "yes" } }"#, #"$.demo.enabled: expected"#),
+        (#"{ sinks: [ { type: "metrics" }, { type: "bogus" } ] }"#, #"$.sinks[1].type: unknown sink type "bogus""#),
+        (#"{ sinks: [ { type: "memory", capacity: "lots" } ] }"#, #"$.sinks[0].capacity: expected"#),
+        (#"{ sinks: [ { type: "jsonl", unknownOption: 1 } ] }"#, #"$.sinks[0].unknownOption: unknown key"#),
+        (#"{ sinks: { type: "metrics" } }"#, #"$.sinks: expected"#),
+        (#"{ server: { tls: { cert: "cert.pem" } } }"#, #"$.server.tls: give both "cert" and "key""#),
+        (#"{ simulate: { strategies: [ { name: "x", bogus: {} } ] } }"#, #"$.simulate.strategies[0].bogus: unknown key "bogus""#),
+        (#"{ simulate: { strategies: [ { name: "x", atPaywall: { loadTimeout: "five" } } ] } }"#, #"$.simulate.strategies[0].atPaywall.loadTimeout: expected"#),
+        (#"{ server: "#, #"$.server (line 1, column 11): unexpected end of input"#),
+    ]
+
+    @Test("bad configs exit 2 with one line naming the file and the JSON path, from check-config and from serve alike")
+    func badConfigs() async throws {
+        let dir = makeTemporaryDirectory("config")
+        defer { removeDirectory(dir) }
+        for (i, (text, expected)) in Self.badConfigs.enumerated() {
+            let path = "\(dir)/bad-\(i).json5"
+            try write(text, to: path)
+            let check = await flowscope("check-config", path)
+            #expect(check.status == 2, "\(text)")
+            #expect(check.out.isEmpty)
+            #expect(check.err.hasPrefix("flowscope check-config: \(path): \(expected)"), "\(text) -> \(check.err)")
+            #expect(check.err.filter { $0 == "\n" }.count == 1, "one line: \(check.err)")
+
+            let serve = await flowscope("serve", "--config", path, "--port", "0", "--no-demo")
+            #expect(serve.status == 2)
+            #expect(serve.err == check.err.replacingOccurrences(of: "flowscope check-config:", with: "flowscope serve:"))
+            #expect(serve.out.isEmpty, "nothing starts on an invalid config")
+        }
+        let missing = await flowscope("check-config", dir + "/missing.json5")
+        #expect(missing.status == 2)
+        #expect(missing.err == "flowscope check-config: \(dir)/missing.json5: $: cannot read the file\n")
+    }
+
+    @Test("a configured certificate or key that is missing, not PEM, or not a pair is a clear error at start (exit 2)")
+    func badCertificates() async throws {
+        let dir = makeTemporaryDirectory("tls")
+        defer { removeDirectory(dir) }
+        #expect(await flowscope("cert", "--dir", dir + "/a").status == 0)
+        #expect(await flowscope("cert", "--dir", dir + "/b").status == 0)
+        try write("not a certificate\n", to: dir + "/garbage.pem")
+        let cases: [(cert: String, key: String, message: String)] = [
+            (dir + "/none.pem", dir + "/a/key.pem", "\(dir)/none.pem: file not found"),
+            (dir + "/a/cert.pem", dir + "/none.pem", "\(dir)/none.pem: file not found"),
+            (dir + "/garbage.pem", dir + "/a/key.pem", "\(dir)/garbage.pem: expected a PEM certificate"),
+            (dir + "/a/cert.pem", dir + "/garbage.pem", "\(dir)/garbage.pem: expected a PEM private key"),
+            (dir + "/a/cert.pem", dir + "/b/key.pem", "\(dir)/b/key.pem: private key does not match the certificate \(dir)/a/cert.pem"),
+        ]
+        for (i, c) in cases.enumerated() {
+            let config = "\(dir)/config-\(i).json5"
+            try write("""
+            { server: { port: 0, stateDir: "\(dir)/state", tls: { cert: "\(c.cert)", key: "\(c.key)" } }, demo: { enabled: false } }
+            """, to: config)
+            #expect(await flowscope("check-config", config).status == 0, "the file itself is valid")
+            let serve = await flowscope("serve", "--config", config, "--no-demo")
+            #expect(serve.status == 2)
+            #expect(serve.err.hasPrefix("flowscope serve: \(c.message)"), "\(serve.err)")
+            #expect(serve.err.filter { $0 == "\n" }.count == 1)
+            #expect(serve.out.isEmpty)
+        }
+    }
+
+    @Test("cert --dir creates a certificate and a 0600 key, prints the fingerprint, and a second run reuses it; serve presents it")
+    func certCommand() async throws {
+        let dir = makeTemporaryDirectory("cert")
+        defer { removeDirectory(dir) }
+        let tlsDir = dir + "/tls"
+        func fingerprint(_ out: String) -> String? {
+            out.split(separator: "\n").first { $0.hasPrefix("SHA-256 fingerprint ") }.map { String($0.dropFirst(20)) }
+        }
+        let first = await flowscope("cert", "--dir", tlsDir)
+        #expect(first.status == 0, "\(first.err)")
+        #expect(first.out.hasPrefix("created certificate \(tlsDir)/cert.pem\n"))
+        let printed = try #require(fingerprint(first.out))
+        #expect(printed.range(of: #"^([0-9A-F]{2}:){31}[0-9A-F]{2}$"#, options: .regularExpression) != nil, "\(printed)")
+        let mode = try FileManager.default.attributesOfItem(atPath: tlsDir + "/key.pem")[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        let certText = try String(contentsOfFile: tlsDir + "/cert.pem", encoding: .utf8)
+        #expect(certText.hasPrefix("-----BEGIN CERTIFICATE-----"))
+
+        let second = await flowscope("cert", "--dir", tlsDir)
+        #expect(second.status == 0)
+        #expect(second.out.hasPrefix("existing certificate \(tlsDir)/cert.pem\n"))
+        #expect(fingerprint(second.out) == printed)
+        #expect(try String(contentsOfFile: tlsDir + "/cert.pem", encoding: .utf8) == certText)
+
+        // The server configured with that directory presents exactly that certificate.
+        let fixture = try StackFixture(server: "tls: { dir: \"\(tlsDir)\" }")
+        #expect(try fixture.connect().peerFingerprint == printed)
+
+        let unwritable = await flowscope("cert", "--dir", "/proc/flowscope-no/tls")
+        #expect(unwritable.status == 2)
+        #expect(unwritable.err.hasPrefix("flowscope cert: /proc/flowscope-no/tls"), "\(unwritable.err)")
+    }
+}
