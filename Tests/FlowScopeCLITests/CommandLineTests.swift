@@ -93,7 +93,8 @@ struct CommandLineTests {
         let result = await flowscope("run", file, "--json")
         #expect(result.status == 0, "\(result.err)")
         let json = try JSON5.parse(result.out)
-        #expect(Set(json.objectValue?.keys.map { $0 } ?? []) == ["name", "file", "results", "requests", "events", "expectations"])
+        let keys = Set((json.objectValue ?? [:]).keys)
+        #expect(keys == ["name", "file", "results", "requests", "events", "expectations"])
         #expect(json["file"] == .string(file))
         #expect(json["expectations"] == ["passed": 3, "failed": 0, "failures": []])
         let results = json["results"]?.arrayValue ?? []
@@ -102,7 +103,8 @@ struct CommandLineTests {
         #expect(results.first?["variation"] == "all-B")
         #expect(results.last?["source"] == "cache")
         for r in results {
-            #expect(Set(r.objectValue?.keys.map { $0 } ?? []).isSuperset(of: [
+            let resultKeys = Set((r.objectValue ?? [:]).keys)
+            #expect(resultKeys.isSuperset(of: [
                 "step", "call", "placement", "outcome", "source", "variation", "audience", "targetingLost",
                 "startedAt", "completedAt", "requests", "error"]))
         }

@@ -118,3 +118,64 @@ struct ConfigCommandTests {
         #expect(unwritable.err.hasPrefix("flowscope cert: /proc/flowscope-no/tls"), "\(unwritable.err)")
     }
 }
+
+@Suite("serve start-up failures")
+struct ServeStartFailureTests {
+    func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
+        try write(text, to: dir + "/flowscope.json5")
+        return try FlowScopeConfig.load(path: dir + "/flowscope.json5")
+    }
+
+    /// Starts a stack that must fail; stops it if it did not.
+    func startError(_ config: FlowScopeConfig, _ overrides: ServeStack.Overrides) -> String? {
+        do {
+            let stack = try ServeStack(config: config, overrides: overrides)
+            stack.stop()
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test("a port already in use is one clear error naming the address")
+    func portInUse() throws {
+        let running = try StackFixture()
+        let dir = makeTemporaryDirectory("start")
+        defer { removeDirectory(dir) }
+        let config = try config(#"{ server: { stateDir: "\#(dir)/state" }, demo: { enabled: false } }"#, in: dir)
+        let message = startError(config, ServeStack.Overrides(port: running.port, noDemo: true))
+        #expect(message?.hasPrefix("cannot start the server on 127.0.0.1:\(running.port): ") == true, "\(message ?? "started")")
+        #expect(try running.get("/healthz").status == 200, "the running server is untouched")
+    }
+
+    @Test("a missing demo scenario file is a start error naming demo.scenario and the file")
+    func missingDemoScenario() throws {
+        let dir = makeTemporaryDirectory("start")
+        defer { removeDirectory(dir) }
+        let config = try config(#"{ server: { port: 0, stateDir: "\#(dir)/state" }, demo: { enabled: true, scenario: "\#(dir)/none.json5" } }"#, in: dir)
+        let message = startError(config, ServeStack.Overrides(port: 0))
+        #expect(message?.hasPrefix("demo.scenario: \(dir)/none.json5") == true, "\(message ?? "started")")
+        // --no-demo starts it regardless.
+        #expect(startError(config, ServeStack.Overrides(port: 0, noDemo: true)) == nil)
+    }
+
+    @Test("the shipped demo scenario starts demo traffic that reaches /api/events and /metrics")
+    func demoTraffic() throws {
+        let dir = makeTemporaryDirectory("demo")
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "\(dir)/state" },
+          demo: { enabled: true, scenario: "\(packageRoot)/config/demo/backend.json5", rate: 50 } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        #expect(stack.demo != nil)
+        let connection = { try TestConnection(port: stack.server.port) }
+        #expect(try eventually(10) {
+            let events = try JSON5.parse(try connection().request("GET", "/api/events?name=fetch.end&run=live").text)
+            return (events["events"]?.arrayValue?.count ?? 0) >= 3
+        })
+        let metrics = try connection().request("GET", "/metrics").text
+        #expect(samples(metrics, "flowscope_fetches_total").contains { $0.contains("placement=") })
+    }
+}

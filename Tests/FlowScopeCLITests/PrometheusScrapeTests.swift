@@ -56,7 +56,7 @@ struct PrometheusScrapeTests {
         process.executableURL = URL(fileURLWithPath: prometheus)
         process.arguments = ["--config.file=\(work)/prometheus.yml", "--storage.tsdb.path=\(work)/data",
                              "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"]
-        FileManager.default.createFile(atPath: work + "/log", contents: nil)
+        _ = FileManager.default.createFile(atPath: work + "/log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: work + "/log"))
         process.standardOutput = log
         process.standardError = log
