@@ -116,6 +116,21 @@ struct ServeMetricsTests {
         #expect(result.err.isEmpty, "\(result.err)")
     }
 
+    @Test("untrusted ingest cannot blow up the series count: placements past the limit fold into placement=\"_other\"")
+    func cardinalityCap() throws {
+        let fixture = try StackFixture()
+        let events = (0..<260).map { Events.fetchEnd("placement-\($0)", source: "source-\($0 % 300)", duration: 0.1) }
+        try #require(fixture.ingest(Events.lines(events)).status == 202)
+        let text = try fixture.get("/metrics").text
+        let lines = samples(text, "flowscope_fetches_total")
+        let placements = Set(lines.compactMap { $0.firstMatch(of: /placement="([^"]*)"/).map { String($0.1) } })
+        #expect(placements.count <= 201, "\(placements.count) placement values")
+        #expect(placements.contains("_other"))
+        let total = lines.compactMap { $0.split(separator: " ").last.flatMap { Int($0) } }.reduce(0, +)
+        #expect(total == 260, "every fetch is still counted")
+        #expect(try runProcess("/usr/bin/promtool", ["check", "metrics"], input: Data(text.utf8)).status == 0)
+    }
+
     @Test("ServeStack.stop() drains every sink: events ingested just before stop are all in the jsonl file")
     func cleanStopDrains() throws {
         let fixture = try StackFixture(sinks: #"{ type: "metrics" }, { type: "memory" }, { type: "jsonl", path: "$DIR/traces/events.jsonl" }"#)
