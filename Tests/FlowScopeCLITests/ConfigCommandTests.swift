@@ -158,9 +158,19 @@ struct ServeStartFailureTests {
         // --no-demo starts it regardless.
         #expect(startError(config, ServeStack.Overrides(port: 0, noDemo: true)) == nil)
     }
+}
+
+/// Demo traffic runs on the cooperative pool: "RealTime" in the name puts it in `make test`'s serial
+/// second pass, where blocking tests cannot starve it.
+@Suite("serve demo traffic")
+struct DemoTrafficRealTimeTests {
+    func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
+        try write(text, to: dir + "/flowscope.json5")
+        return try FlowScopeConfig.load(path: dir + "/flowscope.json5")
+    }
 
     @Test("the shipped demo scenario starts demo traffic that reaches /api/events and /metrics")
-    func demoTraffic() throws {
+    func demoTraffic() async throws {
         let dir = makeTemporaryDirectory("demo")
         defer { removeDirectory(dir) }
         let config = try config("""
@@ -171,7 +181,7 @@ struct ServeStartFailureTests {
         defer { stack.stop() }
         #expect(stack.demo != nil)
         let connection = { try TestConnection(port: stack.server.port) }
-        #expect(try eventually(10) {
+        #expect(try await poll(20) {
             let events = try JSON5.parse(try connection().request("GET", "/api/events?name=fetch.end&run=live").text)
             return (events["events"]?.arrayValue?.count ?? 0) >= 3
         })

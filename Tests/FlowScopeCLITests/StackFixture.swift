@@ -54,6 +54,17 @@ func eventually(_ seconds: Double = 5, _ condition: () throws -> Bool) rethrows 
     return try condition()
 }
 
+/// Waits until `condition` holds, up to `seconds`, sleeping between checks without blocking a thread of
+/// the cooperative pool (demo traffic and other tests run there).
+func poll(_ seconds: Double = 5, every interval: Duration = .milliseconds(20), _ condition: () throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        try? await Task.sleep(for: interval)
+    }
+    return try condition()
+}
+
 /// A `flowscope serve` stack started in-process on 127.0.0.1, port 0, no demo traffic, with a fresh
 /// state directory and a config file written into it (loaded through `FlowScopeConfig.load`).
 final class StackFixture {
