@@ -148,6 +148,18 @@ struct ServeStartFailureTests {
         #expect(try running.get("/healthz").status == 200, "the running server is untouched")
     }
 
+    @Test("a configured web root that is missing or not a directory is a start error naming server.webRoot")
+    func badWebRoot() throws {
+        let dir = makeTemporaryDirectory("start")
+        defer { removeDirectory(dir) }
+        try write("x", to: dir + "/file")
+        for root in [dir + "/none", dir + "/file"] {
+            let config = try config(#"{ server: { port: 0, stateDir: "\#(dir)/state", webRoot: "\#(root)" }, demo: { enabled: false } }"#, in: dir)
+            let message = startError(config, ServeStack.Overrides(port: 0, noDemo: true))
+            #expect(message?.hasPrefix("server.webRoot: \(root)") == true, "\(message ?? "started")")
+        }
+    }
+
     @Test("a missing demo scenario file is a start error naming demo.scenario and the file")
     func missingDemoScenario() throws {
         let dir = makeTemporaryDirectory("start")
