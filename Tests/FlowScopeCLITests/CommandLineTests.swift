@@ -152,4 +152,12 @@ struct CommandLineTests {
         #expect(missing.status == 2)
         #expect(missing.err == "flowscope run: \(dir)/none.json5: cannot read the file\n")
     }
+
+    @Test("serve prints a usable URL host: localhost for 127.0.0.1, IPv6 addresses in brackets")
+    func serveURLHost() {
+        #expect(displayHost(bind: "127.0.0.1") == "localhost")
+        #expect(displayHost(bind: "::1") == "[::1]")
+        #expect(displayHost(bind: "0.0.0.0") == "0.0.0.0")
+        #expect(URL(string: "https://\(displayHost(bind: "::1")):8443/metrics")?.port == 8443)
+    }
 }

@@ -201,6 +201,21 @@ struct ServeEndpointTests {
         #expect(missing.errorMessage == "no run \"nope\"")
     }
 
+    @Test("simulation runs saved in the state directory are listed by /api/runs (kind simulation) and served whole by /api/runs/{id}")
+    func simulationRuns() throws {
+        let fixture = try StackFixture()
+        let store = SimulationStore(directory: fixture.dir + "/state/simulations")
+        let summary: JSONValue = ["id": "sim:lab-1", "sessions": 200, "seed": 7,
+                                  "strategies": [["name": "atPaywall T=5", "sessions": 200]]]
+        try store.save(id: "sim:lab-1", summary: summary)
+        let runs = try fixture.getJSON("/api/runs")["runs"]?.arrayValue ?? []
+        #expect(runs.count == 1)
+        #expect(runs.first?["id"] == "sim:lab-1")
+        #expect(runs.first?["kind"] == "simulation")
+        #expect(runs.first?["strategies"] == nil, "the list leaves the per-strategy detail out")
+        #expect(try fixture.getJSON("/api/runs/sim:lab-1") == summary)
+    }
+
     @Test("GET /api/events/stream: id is the seq, data the envelope; Last-Event-ID resumes with exactly the missed events")
     func eventStream() throws {
         let fixture = try StackFixture()
