@@ -134,6 +134,12 @@ struct ServeMetricsTests {
     @Test("ServeStack.stop() drains every sink: events ingested just before stop are all in the jsonl file")
     func cleanStopDrains() throws {
         let fixture = try StackFixture(sinks: #"{ type: "metrics" }, { type: "memory" }, { type: "jsonl", path: "$DIR/traces/events.jsonl" }"#)
+        // A live stream client and an idle kept-alive connection must not hold the stop up.
+        let stream = try fixture.connect()
+        try stream.send("GET /api/events/stream HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n")
+        #expect(try stream.readHead().status == 200)
+        let idle = try fixture.connect()
+        #expect(try idle.request("GET", "/healthz").status == 200)
         let perRequest = 500, requests = 4
         for r in 0..<requests {
             let batch = (0..<perRequest).map { i in Events.envelope("cache.miss", placement: "p\(i % 7)", t: Double(r * perRequest + i)) }
@@ -142,7 +148,13 @@ struct ServeMetricsTests {
                                             body: Array(Events.lines(batch).utf8))
             try #require(reply.status == 202)
         }
+        let started = Date()
         fixture.stop()
+        #expect(Date().timeIntervalSince(started) < 5, "stop took \(Date().timeIntervalSince(started)) s")
+        let readStart = Date()
+        let (_, ended) = stream.readStream { _ in false }
+        // Ended well before the client's 5 s receive timeout: closed by the server, not timed out.
+        #expect(ended && Date().timeIntervalSince(readStart) < 3, "the stream is closed by stop")
         let file = fixture.dir + "/traces/events.jsonl"
         let text = try String(contentsOfFile: file, encoding: .utf8)
         let lines = text.split(separator: "\n")

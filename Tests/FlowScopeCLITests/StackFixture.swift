@@ -83,7 +83,7 @@ final class StackFixture {
         configPath = dir + "/flowscope.json5"
         let text = """
         {
-          server: { bind: "127.0.0.1", port: 0, stateDir: "\(dir)/state", \(server) },
+          server: { \(server.contains("bind:") ? "" : "bind: \"127.0.0.1\", ")port: 0, stateDir: "\(dir)/state", \(server) },
           sinks: [ \(sinks.replacingOccurrences(of: "$DIR", with: dir)) ],
           demo: { enabled: false },
         }
