@@ -42,9 +42,12 @@ let package = Package(
         .target(name: "FlowScopeServer", dependencies: [
             "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink", "CMicroHTTPD", "COpenSSL",
         ]),
-        .target(name: "FlowScopeTesting", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        // Tools that need no test framework (call timelines, the stub backend): the CLI uses these.
+        .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        // The test kit users add to their test targets (Swift Testing trait, expectations, trace files).
+        .target(name: "FlowScopeTesting", dependencies: ["FlowScopeTools", "FlowFetch", "FlowEvents", "FlowSim", "FlowJSON"]),
         .target(name: "FlowScopeCLI", dependencies: [
-            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTesting",
+            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools",
             "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",
         ]),
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),

@@ -1,3 +1,4 @@
+import FlowEvents
 import FlowJSON
 import FlowSim
 import Foundation
@@ -67,12 +68,16 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
             return ExitStatus.failure
         }
     }
+    // Every run is kept in the state directory, where `flowscope serve` lists it as a dashboard run.
+    let runID = "sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)"
+    let saved = (try? SimulationStore(directory: ".flowscope/simulations").save(id: runID, summary: result.runSummary(id: runID))) != nil
     if json {
         io.out(result.json.jsonText + "\n")
     } else {
         let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
         io.out(result.table(color: color))
         if let dir = args.value("out") { io.out("wrote \(dir)/simulate.json and \(dir)/report.html\n") }
+        if saved { io.out("saved as dashboard run \(runID) (.flowscope/simulations)\n") }
     }
     return ExitStatus.success
 }
