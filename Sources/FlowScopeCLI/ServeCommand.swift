@@ -48,7 +48,7 @@ let serveCommand = Command(spec: CommandSpec(
         io.err("flowscope serve: \(error.description)\n")
         return ExitStatus.usage
     }
-    let host = stack.server.config.bind == "127.0.0.1" ? "localhost" : stack.server.config.bind
+    let host = displayHost(bind: stack.server.config.bind)
     let scheme = overrides.insecureHTTP ? "http" : "https"
     io.out("FlowScope \(flowScopeVersion) serving \(scheme)://\(host):\(stack.server.port)/\n")
     if let tls = stack.tls {
@@ -68,6 +68,12 @@ let serveCommand = Command(spec: CommandSpec(
         }
     }
     return ExitStatus.success
+}
+
+/// The host part of the URL `serve` prints: `localhost` for 127.0.0.1, brackets around IPv6 addresses.
+func displayHost(bind: String) -> String {
+    if bind == "127.0.0.1" { return "localhost" }
+    return bind.contains(":") ? "[\(bind)]" : bind
 }
 
 let certCommand = Command(spec: CommandSpec(

@@ -59,6 +59,18 @@ final class ServeStack: Sendable {
             throw StartError(description: error.description)
         }
 
+        // A configured web root must be usable; without one, web/ is served when it is found.
+        let web: StaticFiles?
+        if let configured = config.server.webRoot {
+            do throws(ServerFileError) {
+                web = try StaticFiles(root: configured)
+            } catch {
+                throw StartError(description: "server.webRoot: \(error.description)")
+            }
+        } else {
+            web = Self.webRoot(configured: nil).flatMap { try? StaticFiles(root: $0) }
+        }
+
         var sinks: [any EventSink]
         do {
             sinks = try sinkRegistry.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
@@ -82,7 +94,6 @@ final class ServeStack: Sendable {
         hub = SSEHub(replay: DashboardAPI.replay(memory: memory))
         subscription = DashboardAPI.connectStream(memory: memory, hub: hub)
 
-        let web = Self.webRoot(configured: config.server.webRoot).flatMap { try? StaticFiles(root: $0) }
         let router = DashboardAPI.router(
             pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: web,
             simulations: SimulationStore(directory: stateDir + "/simulations").runs,
