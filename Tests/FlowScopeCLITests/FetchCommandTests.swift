@@ -111,7 +111,8 @@ struct FetchCommandRealTimeTests {
         try (lines[0] + "\n{\"seq\": 2}\n").write(toFile: dir + "/bad.jsonl", atomically: true, encoding: .utf8)
         let bad = Captured()
         #expect(await CommandLine.run(["replay", dir + "/bad.jsonl"], output: bad.output) == 2)
-        #expect(bad.err.withLock { $0 }.contains("bad.jsonl:2: $: "), "\(bad.err.withLock { $0 })")
-        #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--serve"], output: Captured().output) == 2)
+        #expect(bad.err.withLock { $0 }.contains("bad.jsonl:2: $.ts: "), "\(bad.err.withLock { $0 })")
+        // --serve serves until stopped; a bad --port is refused before anything starts.
+        #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--serve", "--port", "x"], output: Captured().output) == 2)
     }
 }
