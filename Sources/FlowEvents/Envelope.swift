@@ -73,9 +73,14 @@ public struct Envelope: Sendable {
 
 /// UTC timestamps in ISO 8601 with microseconds, e.g. `2026-12-02T10:11:12.345678Z`.
 public enum ISO8601 {
+    /// The times an envelope may carry: 1970-01-01T00:00:00Z up to 9999-12-31T23:59:59.999999Z.
+    public static let validRange: ClosedRange<Double> = 0...253_402_300_799.999_999
+
     /// Formats seconds since 1970 as ISO 8601 UTC with six fractional digits.
     public static func format(_ seconds: Double) -> String {
-        let micros = Int64((seconds * 1_000_000).rounded(.down))
+        // Clamped into validRange (NaN to 0): a time outside it would overflow the Int64 conversion.
+        let clamped = seconds.isNaN ? 0 : min(max(seconds, validRange.lowerBound), validRange.upperBound)
+        let micros = Int64((clamped * 1_000_000).rounded(.down))
         var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
         let inDay = micros - days * 86_400_000_000
         // Civil-from-days (Howard Hinnant).
