@@ -80,7 +80,7 @@ public enum ISO8601 {
     public static func format(_ seconds: Double) -> String {
         // Clamped into validRange (NaN to 0): a time outside it would overflow the Int64 conversion.
         let clamped = seconds.isNaN ? 0 : min(max(seconds, validRange.lowerBound), validRange.upperBound)
-        let micros = Int64((clamped * 1_000_000).rounded(.down))
+        let micros = min(Int64((clamped * 1_000_000).rounded(.down)), 253_402_300_799_999_999)
         var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
         let inDay = micros - days * 86_400_000_000
         // Civil-from-days (Howard Hinnant).

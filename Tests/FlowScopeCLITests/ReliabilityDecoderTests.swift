@@ -73,11 +73,11 @@ private let cacheKey = CacheKey(profileId: "user-42", placementId: "main_paywall
 
 private let decoders: [DecoderUnderTest] = [
     DecoderUnderTest(name: "json5") { bytes in
-        do { _ = try JSON5.parse(bytes: bytes); return nil } catch { return located(error) }
+        do throws(JSONInputError) { _ = try JSON5.parse(bytes: bytes); return nil } catch { return located(error) }
     },
     DecoderUnderTest(name: "scenario") { bytes in
         guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
-        do {
+        do throws(JSONInputError) {
             let report = ScenarioRunner(try Scenario.decode(text, file: "s.json5")).run()
             _ = report.timeline(events: true)
             _ = report.json.jsonText
@@ -87,10 +87,10 @@ private let decoders: [DecoderUnderTest] = [
         }
     },
     DecoderUnderTest(name: "config") { bytes in
-        do { _ = try FlowScopeConfig.decode(JSONCursor(JSON5.parse(bytes: bytes))); return nil } catch { return located(error) }
+        do throws(JSONInputError) { _ = try FlowScopeConfig.decode(JSONCursor(JSON5.parse(bytes: bytes))); return nil } catch { return located(error) }
     },
     DecoderUnderTest(name: "rest") { bytes in
-        do {
+        do throws(JSONInputError) {
             let payload = try RESTCoding.audience(from: JSONCursor(JSON5.parse(bytes: bytes)))
             let again = try RESTCoding.audience(from: JSONCursor(RESTCoding.audienceJSON(payload)))
             return again == payload ? nil : "audience round trip changed the payload"
@@ -120,7 +120,7 @@ private let decoders: [DecoderUnderTest] = [
         }
     },
     DecoderUnderTest(name: "envelope") { bytes in
-        do {
+        do throws(JSONInputError) {
             let envelope = try Envelope(jsonValue: JSON5.parse(bytes: bytes))
             let line = envelope.jsonLine
             return try Envelope(jsonValue: JSON5.parse(line)).jsonLine == line ? nil : "envelope round trip changed \(line)"
@@ -253,6 +253,20 @@ struct ReliabilityDecoderTests {
             return
         }
         #expect(failure.status == 400 && failure.message.contains("$.ts"), "\(failure.message)")
+    }
+
+    @Test("a scenario with times like 1e300 plays and prints its timeline instead of trapping",
+          arguments: ["{ steps: [ { at: 1e300, call: 'getFlow', placement: 'p' } ] }",
+                      "{ steps: [ { at: 0, call: 'getFlow', placement: 'p', loadTimeout: 1e300 }, { at: 0, call: 'getFlowOrDefault', placement: 'p', timeout: 1e300 } ] }",
+                      "{ network: { latency: 1e300 }, client: { requestTimeout: 1e300 }, steps: [ { at: 1e15, call: 'preloadFlows', placements: ['a', 'b'] } ] }"])
+    func hugeScenarioTimes(text: String) async throws {
+        let path = try temporaryFile("huge.json5", Array(text.utf8))
+        for extra in [["--events"], ["--json"]] {
+            let captured = Captured()
+            let status = await CommandLine.run(["run", path] + extra, output: captured.output)
+            #expect(status == ExitStatus.success || status == ExitStatus.failure, "\(status): \(captured.errText)")
+            #expect(!captured.out.withLock { $0 }.isEmpty)
+        }
     }
 
     @Test("ISO8601.format clamps any Double into years 1970...9999 instead of trapping")

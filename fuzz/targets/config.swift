@@ -5,7 +5,7 @@ import FlowJSON
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzConfig(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
-    do {
+    do throws(JSONInputError) {
         _ = try FlowScopeConfig.decode(JSONCursor(JSON5.parse(bytes: bytes)))
     } catch {
         checkError(error, bytes)

@@ -5,7 +5,7 @@ import FlowJSON
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzEnvelope(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
-    do {
+    do throws(JSONInputError) {
         let envelope = try Envelope(jsonValue: JSON5.parse(bytes: bytes))
         // jsonLine writes what was read; it reads back to the same line.
         let line = envelope.jsonLine

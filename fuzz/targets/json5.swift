@@ -5,7 +5,7 @@ import FlowJSON
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzJSON5(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
-    do {
+    do throws(JSONInputError) {
         let value = try JSON5.parse(bytes: bytes)
         let text = value.jsonText
         let again: JSONValue

@@ -6,7 +6,7 @@ import FlowSim
 public func fuzzScenario(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
     guard let text = utf8Text(bytes) else { return 0 }
-    do {
+    do throws(JSONInputError) {
         let scenario = try Scenario.decode(text, file: "fuzz.json5")
         // What `flowscope run` does with it: play, then print the timeline and the JSON report.
         let report = ScenarioRunner(scenario).run()
