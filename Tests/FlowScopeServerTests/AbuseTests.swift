@@ -210,6 +210,23 @@ struct AbuseTests {
         print("abuse.slowClients: the first 20 slow clients were closed by the server within \(waited)")
     }
 
+    @Test("silent connections that never start TLS cannot hold the per-IP slots past the connection timeout")
+    func silentConnectionsExpire() throws {
+        let fixture = try ServerFixture(limits: ServerLimits(maxConnectionsPerIP: 8, connectionTimeoutSeconds: 2))
+        // Eight sockets from 127.0.0.1 that connect and send nothing take every slot of this address...
+        let silent = try (0..<8).map { _ in try TestConnection(port: fixture.port, tls: false, timeout: 10) }
+        usleep(300_000)
+        #expect(throws: (any Error).self) { try TestConnection(port: fixture.port, timeout: 2).request("GET", "/healthz") }
+        // ...until the server closes them at the timeout (libmicrohttpd alone never would: see PendingHandshakes).
+        let clock = ContinuousClock()
+        let started = clock.now
+        for c in silent { #expect(c.readSome() == nil) }
+        let waited = clock.now - started
+        #expect(waited < .seconds(5), "\(waited)")
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+        #expect(fixture.server.pendingHandshakes == 0)
+    }
+
     @Test("garbage, oversized and over-count ingest bodies are refused with JSON errors; nothing partial is accepted; memory stays bounded")
     func garbageBodies() throws {
         let stack = try DashboardFixture(limits: ServerLimits(maxBodyBytes: 1 << 20, connectionTimeoutSeconds: 30))
