@@ -4,13 +4,15 @@
 #   fuzz/run.sh                 build, then run every target for RUNS executions each
 #   fuzz/run.sh json5 ingest    only these targets
 #   fuzz/run.sh --build-only    build the binaries into .build/fuzz/bin and stop
+#   fuzz/run.sh --no-build      run the binaries already in .build/fuzz/bin
 #
 # Environment: RUNS (default 1000000 executions per target), MAX_TIME (seconds per target, default
 # 1800), MAX_LEN (bytes per input, default 65536), SANITIZERS (default fuzzer,address), TIMEOUT
 # (seconds one input may take before libFuzzer calls it a hang, default 10).
 #
 # How it builds: SwiftPM compiles the package's library modules with coverage instrumentation
-# (--sanitize=fuzzer/address, -enable-testing so internal decoders are reachable) into .build/fuzz;
+# (--sanitize=fuzzer/address plus an explicit -sanitize-coverage=edge,trace-cmp, which SwiftPM does not
+# pass on its own; -enable-testing so internal decoders are reachable) into .build/fuzz;
 # each target file (plus targets/Support.swift) is then linked with swiftc -sanitize=fuzzer against
 # those objects, leaving out the flowscope executable's main. New inputs libFuzzer finds go to
 # .build/fuzz/corpus/<target> (the committed seed corpus is read, never written); crashes are
@@ -33,10 +35,12 @@ BUILD=.build/fuzz
 BIN=$BUILD/bin
 
 build_only=0
+no_build=0
 targets=()
 for arg in "$@"; do
     case "$arg" in
         --build-only) build_only=1 ;;
+        --no-build) no_build=1 ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) targets+=("$arg") ;;
     esac
@@ -47,11 +51,13 @@ sanitize_flags=()
 IFS=',' read -ra sanitizers <<< "$SANITIZERS"
 for s in "${sanitizers[@]}"; do sanitize_flags+=(--sanitize="$s"); done
 
+if [[ $no_build -eq 0 ]]; then
 echo "== building instrumented modules into $BUILD ($SANITIZERS)"
-swift build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing --target FlowScopeCLI
+swift build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
+    -Xswiftc -sanitize-coverage=edge,trace-cmp --target FlowScopeCLI
 
 # Every module object but the executable's main.
-mapfile -t objects < <(find "$BUILD/release" -path '*/flowscope.build' -prune -o -path '*.build/*.o' -print | grep -v -e 'Tests.build/' -e '/flowscope.build/' | sort)
+mapfile -t objects < <(find "$BUILD/release/" -path '*/flowscope.build' -prune -o -path '*.build/*.o' -print | grep -v -e 'Tests.build/' -e '/flowscope.build/' | sort)
 [[ ${#objects[@]} -gt 0 ]] || { echo "no module objects found under $BUILD/release" >&2; exit 1; }
 
 mkdir -p "$BIN"
@@ -67,6 +73,7 @@ for t in "${targets[@]}"; do
             -lmicrohttpd -lssl -lcrypto -lsqlite3 -use-ld=lld -o "$BIN/$t"
     fi
 done
+fi
 [[ $build_only -eq 1 ]] && exit 0
 
 status=0
