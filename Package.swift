@@ -42,20 +42,25 @@ let package = Package(
         .target(name: "FlowScopeServer", dependencies: [
             "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink", "CMicroHTTPD", "COpenSSL",
         ]),
-        .target(name: "FlowScopeTesting", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        // Tools that need no test framework (call timelines, the stub backend): the CLI uses these.
+        .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        // The test kit users add to their test targets (Swift Testing trait, expectations, trace files).
+        .target(name: "FlowScopeTesting", dependencies: ["FlowScopeTools", "FlowFetch", "FlowEvents", "FlowSim", "FlowJSON"]),
         .target(name: "FlowScopeCLI", dependencies: [
-            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTesting",
+            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools",
             "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",
         ]),
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
 
+        // Helpers shared by several test targets (a loopback HTTP server).
+        .target(name: "TestSupport", path: "Tests/Support"),
         .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON"]),
-        .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON"]),
+        .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
         .testTarget(name: "FlowScopeServerTests", dependencies: ["FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
-        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON"]),
-        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON"]),
+        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

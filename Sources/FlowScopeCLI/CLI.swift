@@ -36,7 +36,10 @@ public enum ExitStatus {
 }
 
 /// Every command, in the order `help` lists them.
-public let commands: [Command] = [serveCommand, runCommand, checkConfigCommand, certCommand, simulateCommand, versionCommand]
+public let commands: [Command] = [
+    serveCommand, runCommand, simulateCommand, fetchCommand, stubBackendCommand, replayCommand, checkConfigCommand,
+    certCommand, versionCommand,
+]
 
 let versionCommand = Command(spec: CommandSpec(name: "version", summary: "Prints the flowscope version.", usage: "version")) { _, io in
     io.out("flowscope \(flowScopeVersion)\n")

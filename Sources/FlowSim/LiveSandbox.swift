@@ -21,11 +21,11 @@ public final class LiveSandboxBackend: FlowBackend {
         let now = clock.now()
         let answer = backend.withLock { $0.answer(request, at: now - origin) }
         do {
-            if let completion = answer.completion {
+            if let completion = answer.completion, !answer.drip {
                 try await clock.sleep(until: now + answer.latency)
                 return completion
             }
-            // A hang: never answers; only the engine's deadline (which cancels this task) ends it.
+            // A hang (or a drip, whose body never finishes in time): only the engine's deadline ends it.
             while true { try await Task.sleep(for: .seconds(3600)) }
         } catch {
             return RequestCompletion(.failure(.cancelled))

@@ -25,6 +25,8 @@ public struct SandboxBackend: Sendable {
     public struct Answer: Sendable {
         public var latency: Double
         public var completion: RequestCompletion?
+        /// The body of `completion` trickles in slowly (a `drip` rule): it does not arrive in time.
+        public var drip = false
     }
 
     /// Applies the network rules to a request issued at `t` and resolves its answer.
@@ -38,6 +40,7 @@ public struct SandboxBackend: Sendable {
         let latency = chosen?.latency ?? network.latency
         switch chosen?.fail {
         case .hang: return Answer(latency: latency, completion: nil)
+        case .drip: return Answer(latency: latency, completion: resolve(spec, at: t), drip: true)
         case .reset: return Answer(latency: latency, completion: RequestCompletion(.failure(.transport(reason: "reset"))))
         case .http(let status):
             if (200..<300).contains(status) { break }

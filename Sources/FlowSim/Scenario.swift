@@ -101,6 +101,9 @@ public struct NetworkRule: Sendable, Hashable {
     /// What a matched request does instead of succeeding.
     public enum Failure: Sendable, Hashable {
         case hang, reset, http(Int), malformed
+        /// A 200 whose body trickles in a byte at a time (`drip`): it never completes within a fetch
+        /// budget, so in virtual time it behaves as a hang; the stub backend really drips it.
+        case drip
     }
 }
 

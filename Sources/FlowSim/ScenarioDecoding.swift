@@ -170,9 +170,10 @@ extension Scenario {
             case "hang": rule.fail = .hang
             case "reset": rule.fail = .reset
             case "malformed": rule.fail = .malformed
+            case "drip": rule.fail = .drip
             default:
                 guard s.hasPrefix("http:"), let code = Int(s.dropFirst(5)), (100...599).contains(code) else {
-                    throw f.expected("\"hang\", \"reset\", \"malformed\" or \"http:NNN\"")
+                    throw f.expected("\"hang\", \"reset\", \"drip\", \"malformed\" or \"http:NNN\"")
                 }
                 rule.fail = .http(code)
             }

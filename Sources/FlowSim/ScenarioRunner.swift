@@ -72,7 +72,7 @@ public final class ScenarioRunner: EngineHost {
     public func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
         let now = queue.now
         let answer = backend.answer(spec, at: now)
-        if let completion = answer.completion {
+        if let completion = answer.completion, !answer.drip {
             queue.schedule(.response(generation: generation, request, completion), at: now + answer.latency)
         }
     }

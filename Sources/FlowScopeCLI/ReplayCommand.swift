@@ -1,0 +1,106 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import FlowScopeTools
+import Foundation
+
+let replayCommand = Command(spec: CommandSpec(
+    name: "replay", summary: "Prints a trace file (JSON Lines of event envelopes) as a timeline.",
+    usage: "replay TRACE.jsonl [--serve] [--config F] [--port N]",
+    options: [.init("events", "also print every event under its call"),
+              .init("serve", "load the trace into the dashboard instead: serves it like `flowscope serve --no-demo`"),
+              .init("config", value: "F", "with --serve: config file (default \(defaultConfigPath))"),
+              .init("port", value: "N", "with --serve: port (default: the config's, 8443)")],
+    positionals: 1...1,
+    details: "Trace files come from FLOWSCOPE_TRACE_DIR (one per test) or the jsonl sink.\n"
+        + "Exit status: 0 when the file was read, 2 when it cannot be read or a line is not an envelope."
+)) { args, io in
+    let path = args.positionals[0]
+    guard let data = FileManager.default.contents(atPath: path) else {
+        io.err("flowscope replay: \(path): cannot read the file\n")
+        return ExitStatus.usage
+    }
+    let envelopes: [Envelope]
+    do throws(JSONInputError) {
+        envelopes = try TraceFile.decode(String(decoding: data, as: UTF8.self), file: path)
+    } catch {
+        io.err("flowscope replay: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    if args.flag("serve") { return await serveTrace(envelopes, args: args, io: io) }
+    var byRun: [(run: String, envelopes: [Envelope])] = []
+    for e in envelopes {
+        if let k = byRun.firstIndex(where: { $0.run == e.run }) { byRun[k].envelopes.append(e) } else { byRun.append((e.run, [e])) }
+    }
+    if byRun.isEmpty { io.out("\(path): no events\n") }
+    for group in byRun {
+        let first = group.envelopes.first.map { ISO8601.format($0.ts) } ?? ""
+        io.out("run \(group.run)  (\(group.envelopes.count) events, from \(first))\n")
+        io.out(FlowTimeline(envelopes: group.envelopes).text(events: args.flag("events")))
+    }
+    return ExitStatus.success
+}
+
+/// Reads trace files: one envelope (events-and-metrics.md) per line.
+enum TraceFile {
+    /// Decodes every non-empty line; an error names the file, the line and the JSON path.
+    static func decode(_ text: String, file: String) throws(JSONInputError) -> [Envelope] {
+        var out: [Envelope] = []
+        for (i, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty else { continue }
+            do {
+                out.append(try Envelope(jsonValue: JSON5.parse(trimmed)))
+            } catch {
+                var e = error.inFile("\(file):\(i + 1)")
+                e.line = nil
+                e.column = nil
+                throw e
+            }
+        }
+        return out
+    }
+}
+
+/// `replay --serve`: a dashboard stack with no demo traffic, holding the trace's events.
+private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Output) async -> Int32 {
+    let path = args.value("config") ?? defaultConfigPath
+    var config = FlowScopeConfig()
+    if args.value("config") != nil || FileManager.default.fileExists(atPath: path) {
+        do throws(JSONInputError) {
+            config = try FlowScopeConfig.load(path: path)
+        } catch {
+            io.err("flowscope replay: \(error.description)\n")
+            return ExitStatus.usage
+        }
+    }
+    // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.
+    config.sinks = [["type": "metrics"], ["type": "memory"]]
+    var overrides = ServeStack.Overrides()
+    overrides.noDemo = true
+    if let p = args.value("port") {
+        guard let port = Int(p), (0...65535).contains(port) else {
+            io.err("flowscope replay: --port expects a port number 0-65535, got \(p)\n")
+            return ExitStatus.usage
+        }
+        overrides.port = port
+    }
+    let stack: ServeStack
+    do throws(ServeStack.StartError) {
+        stack = try ServeStack(config: config, overrides: overrides)
+    } catch {
+        io.err("flowscope replay: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    stack.pipeline.ingest(envelopes)
+    let run = envelopes.first?.run ?? "live"
+    io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
+    io.out("Stop with Ctrl-C.\n")
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        stack.pipeline.shutdownOnSignals {
+            stack.stop()
+            done.resume()
+        }
+    }
+    return ExitStatus.success
+}

@@ -1,0 +1,276 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+import Testing
+
+/// The events of one test, kept in memory, written to `FLOWSCOPE_TRACE_DIR/<test-name>.jsonl` and
+/// streamed to `FLOWSCOPE_ATTACH` when those are set. One recorder per test: parallel tests never see
+/// each other's events (the current recorder is task-local, there is no global bootstrap).
+public final class FlowTraceRecorder: Sendable {
+    /// The test's name; also the `run` of its envelopes and its trace file's name.
+    public let name: String
+    /// Called when an expectation fails, with the message (timeline included) and where it was made.
+    public let onFailure: @Sendable (String, SourceLocation) -> Void
+    private let envelopeStore = Mutex<[Envelope]>([])
+    private let traceDirectory: String?
+    private let attach: AttachStream?
+
+    /// A recorder named `name`. `environment` supplies FLOWSCOPE_TRACE_DIR, FLOWSCOPE_ATTACH,
+    /// FLOWSCOPE_TOKEN and FLOWSCOPE_CA (the process environment by default). `onFailure` defaults to
+    /// Swift Testing's `Issue.record` inside a Swift Testing test and to standard error elsewhere
+    /// (XCTest users pass `{ message, _ in XCTFail(message) }`).
+    public init(name: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+                onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil) {
+        self.name = name
+        self.onFailure = onFailure ?? FlowTraceRecorder.defaultFailure
+        let dir = environment["FLOWSCOPE_TRACE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+        self.traceDirectory = dir
+        self.attach = environment["FLOWSCOPE_ATTACH"].flatMap { $0.isEmpty ? nil : $0 }.map {
+            AttachStream(server: $0, token: environment["FLOWSCOPE_TOKEN"], caFile: environment["FLOWSCOPE_CA"])
+        }
+    }
+
+    /// Records one engine event (stamped with a process-wide seq and the wall clock).
+    public func record(_ event: EngineEvent) {
+        let envelope = Envelope(event, seq: FlowTraceRecorder.sequence.add(1, ordering: .relaxed).newValue,
+                                ts: Date().timeIntervalSince1970, run: name)
+        envelopeStore.withLock { $0.append(envelope) }
+        attach?.append(envelope)
+    }
+
+    /// Every event recorded so far, in order.
+    public var envelopes: [Envelope] { envelopeStore.withLock { $0 } }
+    /// Every engine event recorded so far, in order.
+    public var events: [EngineEvent] {
+        envelopes.map { EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs) }
+    }
+    /// The recorded calls, with their requests and events.
+    public var timeline: FlowTimeline { FlowTimeline(events: events) }
+
+    /// The trace file this recorder writes when FLOWSCOPE_TRACE_DIR is set.
+    public var traceFile: String? { traceDirectory.map { "\($0)/\(FlowTraceRecorder.fileName(for: name)).jsonl" } }
+
+    /// Ends the recording: writes the trace file and sends what is left to the attached server. Never
+    /// throws: an unreachable server or an unwritable directory prints one warning.
+    public func finish() async {
+        if let file = traceFile, let dir = traceDirectory {
+            let text = envelopes.map { $0.jsonLine + "\n" }.joined()
+            do {
+                try AtomicFile.makeDirectory(dir)
+                try AtomicFile.write(Array(text.utf8), to: file)
+            } catch {
+                FlowTraceRecorder.warnOnce("flowscope: cannot write the trace of \(name): \(error)")
+            }
+        }
+        await attach?.close()
+    }
+
+    // MARK: process-wide state (ids and warnings only; no events)
+
+    static let sequence = Atomic<UInt64>(0)
+    private static let warned = Atomic<Bool>(false)
+    private static let usedNames = Mutex<[String: Int]>([:])
+
+    /// Prints `message` to standard error the first time only.
+    static func warnOnce(_ message: String) {
+        guard !warned.exchange(true, ordering: .relaxed) else { return }
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+    }
+
+    /// A unique, file-system-safe name for a test: letters, digits, `.`, `_` and `-`; at most 120
+    /// characters; a second recorder of the same name gets `-2`, and so on.
+    static func uniqueName(_ name: String) -> String {
+        usedNames.withLock { used in
+            let n = (used[name] ?? 0) + 1
+            used[name] = n
+            return n == 1 ? name : "\(name)-\(n)"
+        }
+    }
+
+    /// `name` made safe as a file name.
+    public static func fileName(for name: String) -> String {
+        var out = ""
+        var lastWasUnderscore = false
+        for s in name.unicodeScalars {
+            let safe = s.isASCII && (s.properties.isAlphabetic || ("0"..."9").contains(s) || s == "." || s == "-" || s == "_")
+            if safe { out.unicodeScalars.append(s); lastWasUnderscore = s == "_" }
+            else if !lastWasUnderscore { out += "_"; lastWasUnderscore = true }
+        }
+        while out.hasPrefix(".") { out.removeFirst() }
+        while out.hasSuffix("_") { out.removeLast() }
+        if out.isEmpty { out = "test" }
+        if out.utf8.count > 120 {
+            out = String(out.prefix(100)) + "-" + String(Digest.hex(Digest.sha256(Array(name.utf8))).prefix(16))
+        }
+        return out
+    }
+
+    static let defaultFailure: @Sendable (String, SourceLocation) -> Void = { message, location in
+        if Test.current != nil {
+            Issue.record(Comment(rawValue: message), sourceLocation: location)
+        } else {
+            FileHandle.standardError.write(Data("\(location.fileID):\(location.line): \(message)\n".utf8))
+        }
+    }
+}
+
+/// The test kit's entry points: the current test's recorder and the sink to give a FlowClient.
+///
+/// ```swift
+/// @Test(.flowTrace) func paywallFallsBack() async throws {
+///     let client = FlowClient(profile: Profile(id: "u1"), backend: backend, events: FlowTrace.sink)
+///     _ = try await client.getFlow(placementId: "main", loadTimeout: 1)
+///     expectFlow("main", source: .fallbackFile)   // prints the call's timeline when it fails
+/// }
+/// ```
+public enum FlowTrace {
+    /// The recorder of the test running in this task (nil outside `.flowTrace` / ``withFlowTrace(_:onFailure:_:)``).
+    @TaskLocal public static var current: FlowTraceRecorder?
+
+    /// An event sink for a FlowClient: records into the current test's recorder (the one current when
+    /// the sink is made, else the one current where each event is emitted).
+    public static var sink: EngineEventSink { FlowTraceSink(recorder: current) }
+}
+
+/// Records engine events into a test's recorder.
+public struct FlowTraceSink: EngineEventSink {
+    /// The recorder it was bound to when made, if any.
+    public let recorder: FlowTraceRecorder?
+    /// A sink bound to `recorder` (nil: the task-local current recorder at each event).
+    public init(recorder: FlowTraceRecorder?) { self.recorder = recorder }
+    public func receive(_ event: EngineEvent) { (recorder ?? FlowTrace.current)?.record(event) }
+}
+
+/// Runs `body` with a fresh recorder named `name` as the current one, then finishes it (trace file,
+/// attached server). For XCTest or any code outside Swift Testing:
+///
+/// ```swift
+/// func testPaywall() async throws {
+///     try await withFlowTrace(onFailure: { message, _ in XCTFail(message) }) { ... }
+/// }
+/// ```
+///
+/// `environment` supplies FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
+public func withFlowTrace<R: Sendable>(_ name: String = #function,
+                                       environment: [String: String] = ProcessInfo.processInfo.environment,
+                                       onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil,
+                                       _ body: () async throws -> R) async rethrows -> R {
+    let recorder = FlowTraceRecorder(name: FlowTraceRecorder.uniqueName(name), environment: environment, onFailure: onFailure)
+    do {
+        let result = try await FlowTrace.$current.withValue(recorder) { try await body() }
+        await recorder.finish()
+        return result
+    } catch {
+        await recorder.finish()
+        throw error
+    }
+}
+
+/// The `.flowTrace` trait: each test it applies to (directly or through its suite) gets its own recorder.
+public struct FlowTraceTrait: TestTrait, SuiteTrait, TestScoping {
+    public var isRecursive: Bool { true }
+
+    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        guard !test.isSuite else { return try await function() }
+        let name = test.id.nameComponents.map { $0.hasSuffix("()") ? String($0.dropLast(2)) : $0 }.joined(separator: ".")
+        try await withFlowTrace(name.isEmpty ? test.name : name) { try await function() }
+    }
+}
+
+extension Trait where Self == FlowTraceTrait {
+    /// Gives each test its own flow trace recorder (``FlowTrace/current``).
+    public static var flowTrace: Self { FlowTraceTrait() }
+}
+
+/// Streams a test's events to a running `flowscope serve` (POST /api/ingest, JSON Lines, bearer
+/// token) in batches. Never fails a test: the first failure prints one warning and stops the stream.
+final class AttachStream: Sendable {
+    private struct State {
+        var buffer: [Envelope] = []
+        var broken = false
+        var flusher: Task<Void, Never>?
+    }
+    private let state = Mutex(State())
+    private let endpoint: URL?
+    private let token: String?
+    private let problem: String?
+    /// FLOWSCOPE_CA: the server's certificate (or its CA), trusted through TLSTransport since URLSession
+    /// on Linux cannot trust a custom CA.
+    private let caFile: String?
+
+    init(server: String, token: String?, caFile: String?) {
+        var base = server
+        while base.hasSuffix("/") { base.removeLast() }
+        endpoint = URL(string: base + "/api/ingest")
+        self.token = token
+        if endpoint == nil || !(server.hasPrefix("http://") || server.hasPrefix("https://")) {
+            problem = "FLOWSCOPE_ATTACH=\(server): expected https://host:port"
+        } else {
+            problem = nil
+        }
+        self.caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func append(_ e: Envelope) {
+        let start = state.withLock { s -> Bool in
+            guard !s.broken else { return false }
+            s.buffer.append(e)
+            guard s.flusher == nil else { return false }
+            s.flusher = Task { [self] in
+                try? await Task.sleep(for: .milliseconds(200))
+                await self.flush()
+            }
+            return true
+        }
+        _ = start
+    }
+
+    func close() async {
+        let pending = state.withLock { $0.flusher }
+        await pending?.value
+        await flush()
+    }
+
+    private func flush() async {
+        let batch = state.withLock { s -> [Envelope] in
+            defer { s.buffer = []; s.flusher = nil }
+            return s.broken ? [] : s.buffer
+        }
+        guard !batch.isEmpty else { return }
+        if let problem { return fail(problem) }
+        guard let endpoint else { return }
+        let body = Array(batch.map { $0.jsonLine + "\n" }.joined().utf8)
+        if let caFile, endpoint.scheme == "https" {
+            var headers = [("Content-Type", "application/x-ndjson")]
+            if let token { headers.append(("Authorization", "Bearer \(token)")) }
+            switch await TLSTransport.send("POST", url: endpoint, headers: headers, body: body, caFile: caFile, timeout: 5, maxBodyBytes: 1 << 20) {
+            case .success(let a) where (200..<300).contains(a.status): break
+            case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)")
+            case .failure(let f): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")
+            }
+            return
+        }
+        var request = URLRequest(url: endpoint, timeoutInterval: 5)
+        request.httpMethod = "POST"
+        request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        request.httpBody = Data(body)
+        do {
+            let (_, response) = try await URLSession.shared.data(for: request)
+            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            if !(200..<300).contains(status) { fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)") }
+        } catch {
+            fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(error.localizedDescription); events stay in the test's memory")
+        }
+    }
+
+    private func fail(_ message: String) {
+        state.withLock { $0.broken = true; $0.buffer = [] }
+        FlowTraceRecorder.warnOnce("flowscope: not streaming test events: \(message)")
+    }
+}

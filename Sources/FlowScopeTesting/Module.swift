@@ -1,1 +1,0 @@
-// FlowScopeTesting: see the issue that builds it.

@@ -1,0 +1,186 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+
+/// Engine events grouped into calls (by trace), each with its requests: what a failing expectation,
+/// `flowscope fetch` and `flowscope replay` print.
+public struct FlowTimeline: Sendable {
+    /// One request, from its request.start and request.end events.
+    public struct Request: Sendable, Hashable {
+        public var placement: String?
+        /// `targeted`, `default`, `layout`, `asset` or `profile`.
+        public var kind: String
+        public var issuedAt: Double
+        public var endedAt: Double?
+        /// `ok`, `timeout`, `cancelled`, `reset`, `refused`, `http:NNN`, `malformed`... (nil while open).
+        public var outcome: String?
+    }
+
+    /// One top-level call (getFlow, preloadFlows, ...) or engine-level activity (profile switch).
+    public struct Call: Sendable {
+        public var trace: TraceID
+        /// `getFlow`, `preloadFlows`, ... (the `call` of fetch.start, or the first event's name).
+        public var name: String
+        public var placement: String?
+        public var startedAt: Double
+        public var endedAt: Double?
+        /// fetch.end's (or preload.end's) attributes, when the call ended.
+        public var end: [String: JSONValue]?
+        public var requests: [Request]
+        public var events: [EngineEvent]
+
+        /// `success`, `error`, or `pending` when the call has not ended.
+        public var outcome: String {
+            guard let end else { return "pending" }
+            if end["errorCode"] != nil { return "error" }
+            if let failed = end["failed"]?.objectValue, !failed.isEmpty { return "error" }
+            return "success"
+        }
+        /// Where the flow came from, if the call returned one.
+        public var source: FlowSource? { end?["source"]?.stringValue.flatMap(FlowSource.init(rawValue:)) }
+        public var variation: String? { end?["variation"]?.stringValue }
+        public var audience: String? { end?["audience"]?.stringValue }
+        public var targetingLost: Bool? { end?["targetingLost"]?.boolValue }
+        public var errorCode: Int? { end?["errorCode"]?.intValue }
+        /// Whether a stage deadline cut this call (a `timeout` event).
+        public var timedOut: Bool { events.contains { $0.name == .timeout } }
+        /// The `to` of each `fallback` event, in order.
+        public var fallbacks: [String] { events.filter { $0.name == .fallback }.compactMap { $0.attrs["to"]?.stringValue } }
+    }
+
+    /// Calls in the order they started.
+    public var calls: [Call]
+
+    /// A timeline of the given calls.
+    public init(calls: [Call]) { self.calls = calls }
+
+    /// Groups `events` (in emission order) by trace.
+    public init(events: [EngineEvent]) {
+        var calls: [Call] = []
+        var byTrace: [TraceID: Int] = [:]
+        var open: [SpanID: (call: Int, request: Int)] = [:]
+        for e in events {
+            let k: Int
+            if let existing = byTrace[e.trace] {
+                k = existing
+            } else {
+                k = calls.count
+                byTrace[e.trace] = k
+                calls.append(Call(trace: e.trace, name: e.attrs["call"]?.stringValue ?? e.name.rawValue,
+                                  placement: e.placement, startedAt: e.t, endedAt: nil, end: nil, requests: [], events: []))
+            }
+            calls[k].events.append(e)
+            switch e.name {
+            case .fetchStart where calls[k].events.count == 1 || calls[k].name == EventName.paramClamped.rawValue:
+                calls[k].name = e.attrs["call"]?.stringValue ?? calls[k].name
+            case .preloadStart where calls[k].events.count <= 2:
+                calls[k].name = "preloadFlows"
+            case .fetchEnd where e.attrs["call"]?.stringValue == calls[k].name || calls[k].end == nil:
+                calls[k].end = e.attrs
+                calls[k].endedAt = e.t
+            case .preloadEnd:
+                calls[k].end = e.attrs
+                calls[k].endedAt = e.t
+            case .requestStart:
+                open[e.span] = (k, calls[k].requests.count)
+                calls[k].requests.append(Request(placement: e.placement, kind: e.attrs["kind"]?.stringValue ?? "",
+                                                 issuedAt: e.t, endedAt: nil, outcome: nil))
+            case .requestEnd:
+                if let o = open.removeValue(forKey: e.span) {
+                    calls[o.call].requests[o.request].endedAt = e.t
+                    calls[o.call].requests[o.request].outcome = e.attrs["outcome"]?.stringValue
+                }
+            default:
+                break
+            }
+        }
+        self.calls = calls
+    }
+
+    /// The last call that ended for `placement` (any call, when nil).
+    public func lastCall(placement: String? = nil) -> Call? {
+        calls.last { c in c.end != nil && (placement == nil || c.placement == placement) }
+    }
+
+    /// A readable timeline; times are seconds since `origin` (the first event's time when nil).
+    public func text(origin: Double? = nil, events showEvents: Bool = true) -> String {
+        let t0 = origin ?? calls.first?.startedAt ?? 0
+        var out = ""
+        for c in calls {
+            var line = "  \(fmt(c.startedAt - t0)) -> \(c.endedAt.map { fmt($0 - t0) } ?? "never")  \(c.name)"
+            if let p = c.placement { line += " \(p)" }
+            switch c.outcome {
+            case "error":
+                line += c.errorCode.map { "  error \($0)" + (FlowError.Code(rawValue: $0).map { " \($0.name)" } ?? "") } ?? "  error"
+            case "success":
+                if let s = c.source { line += "  \(s.rawValue) \(c.variation ?? "") (\(c.audience ?? ""))" + (c.targetingLost == true ? " targetingLost" : "") }
+                else { line += "  ok" }
+            default: line += "  pending"
+            }
+            out += line + "  (\(c.requests.count) request\(c.requests.count == 1 ? "" : "s"))\n"
+            for r in c.requests {
+                out += "        \(fmt(r.issuedAt - t0)) -> \(r.endedAt.map { fmt($0 - t0) } ?? "never")  \(r.kind)"
+                    + (r.placement.map { " \($0)" } ?? "") + "  \(r.outcome ?? "open")\n"
+            }
+            if showEvents {
+                for e in c.events {
+                    let attrs = e.attrs.keys.sorted().map { "\($0)=\(e.attrs[$0]!.jsonText)" }.joined(separator: " ")
+                    out += "          \(fmt(e.t - t0)) \(e.name.rawValue)" + (attrs.isEmpty ? "" : "  " + attrs) + "\n"
+                }
+            }
+        }
+        return out.isEmpty ? "  (no events)\n" : out
+    }
+
+    /// The scenario-format.md JSON of these calls (times in seconds since `origin`, to the millisecond):
+    /// `{"results": [...], "requests": [...], "events": [...]}`, each entry with its `step` (the call's index).
+    public func json(origin: Double? = nil) -> [String: JSONValue] {
+        let t0 = origin ?? calls.first?.startedAt ?? 0
+        func ms(_ t: Double) -> JSONValue { .number(((t - t0) * 1000).rounded() / 1000) }
+        var results: [JSONValue] = [], requests: [JSONValue] = [], events: [JSONValue] = []
+        for (i, c) in calls.enumerated() {
+            var o: [String: JSONValue] = [
+                "step": .number(Double(i)), "call": .string(c.name), "placement": c.placement.map(JSONValue.string) ?? .null,
+                "outcome": .string(c.outcome), "startedAt": ms(c.startedAt), "completedAt": c.endedAt.map(ms) ?? .null,
+                "requests": .number(Double(c.requests.filter { $0.kind != "asset" }.count)), "error": .null,
+            ]
+            if let s = c.source {
+                o["source"] = .string(s.rawValue)
+                o["variation"] = c.variation.map(JSONValue.string) ?? .null
+                o["audience"] = c.audience.map(JSONValue.string) ?? .null
+                o["targetingLost"] = c.targetingLost.map(JSONValue.bool) ?? .null
+            }
+            if let code = c.errorCode {
+                o["error"] = ["code": .number(Double(code)), "name": .string(FlowError.Code(rawValue: code)?.name ?? "unknown")]
+            }
+            results.append(.object(o))
+            for r in c.requests {
+                requests.append(["step": .number(Double(i)), "placement": r.placement.map(JSONValue.string) ?? .null,
+                                 "kind": .string(r.kind), "issuedAt": ms(r.issuedAt), "endedAt": r.endedAt.map(ms) ?? .null,
+                                 "outcome": r.outcome.map(JSONValue.string) ?? .null])
+            }
+            for e in c.events {
+                events.append(["step": .number(Double(i)), "t": ms(e.t), "name": .string(e.name.rawValue),
+                               "placement": e.placement.map(JSONValue.string) ?? .null, "attrs": .object(e.attrs)])
+            }
+        }
+        return ["results": .array(results), "requests": .array(requests), "events": .array(events)]
+    }
+
+    private func fmt(_ t: Double) -> String {
+        let v = (t * 1000).rounded() / 1000
+        let whole = Int(v.rounded(.down))
+        let frac = Int(((v - Double(whole)) * 1000).rounded())
+        let f = String(frac)
+        return "\(whole).\(String(repeating: "0", count: max(0, 3 - f.count)))\(f)s"
+    }
+}
+
+extension FlowTimeline {
+    /// Groups envelopes (a trace file) the same way.
+    public init(envelopes: [Envelope]) {
+        self.init(events: envelopes.map {
+            EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs)
+        })
+    }
+}

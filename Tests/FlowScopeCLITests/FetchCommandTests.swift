@@ -1,0 +1,117 @@
+import TestSupport
+import FlowJSON
+import FlowScopeCLI
+import Foundation
+import Synchronization
+import Testing
+
+/// Captures what a command prints.
+final class Captured: Sendable {
+    let out = Mutex<String>("")
+    let err = Mutex<String>("")
+    var output: Output {
+        Output(out: { s in self.out.withLock { $0 += s } }, err: { s in self.err.withLock { $0 += s } }, isTerminal: false)
+    }
+}
+
+@Suite("flowscope fetch and replay")
+struct FetchCommandRealTimeTests {
+    static let audience = #"{"placementId":"main","audience":{"name":"All Users","versionId":"av"},"variations":[{"id":"v-A","weight":100}],"createdAt":0}"#
+
+    @Test("fetch --json prints one object shaped like a run result, with the call's requests and events")
+    func jsonShape() async throws {
+        let server = try LoopbackServer { r in
+            r.target.hasSuffix("/audience") ? .respond(status: 503, body: []) : .respond(status: 200, body: Array(Self.audience.utf8))
+        }
+        defer { server.stop() }
+        let io = Captured()
+        let status = await CommandLine.run(["fetch", "main", "--backend", server.baseURL.absoluteString, "--profile", "u1",
+                                            "--load-timeout", "2", "--json"], output: io.output)
+        #expect(status == 0, "\(io.err.withLock { $0 })")
+        let json = try JSON5.parse(io.out.withLock { $0 })
+        let result = try #require(json["results"]?.arrayValue?.first)
+        #expect(result["call"] == "getFlow")
+        #expect(result["placement"] == "main")
+        #expect(result["outcome"] == "success")
+        #expect(result["source"] == "defaultAudience")
+        #expect(result["variation"] == "v-A")
+        #expect(result["audience"] == "All Users")
+        #expect(result["targetingLost"] == true)
+        #expect(result["requests"] == 2)
+        #expect(result["error"] == .null)
+        #expect(result["startedAt"] == 0)
+        #expect((result["completedAt"]?.numberValue ?? -1) >= 0)
+        let requests = try #require(json["requests"]?.arrayValue)
+        #expect(requests.map { $0["kind"] } == ["targeted", "default"])
+        #expect(requests.map { $0["outcome"] } == ["http:503", "ok"])
+        for r in requests { #expect(Set(r.objectValue?.keys ?? [:].keys) == ["step", "placement", "kind", "issuedAt", "endedAt", "outcome"]) }
+        let events = try #require(json["events"]?.arrayValue)
+        #expect(events.first?["name"] == "fetch.start")
+        #expect(events.last?["name"] == "fetch.end")
+        for e in events { #expect(Set(e.objectValue?.keys ?? [:].keys) == ["step", "t", "name", "placement", "attrs"]) }
+        #expect(server.requests.first?.headers["x-profile-id"] == "u1")
+    }
+
+    @Test("fetch against a closed port fails with exit 1 and prints the timeline")
+    func refused() async throws {
+        let port = LoopbackServer.closedPort()
+        let io = Captured()
+        let status = await CommandLine.run(["fetch", "main", "--backend", "http://127.0.0.1:\(port)", "--load-timeout", "1"], output: io.output)
+        #expect(status == 1)
+        let out = io.out.withLock { $0 }
+        #expect(out.contains("error 2005 networkFailed"))
+        #expect(out.contains("targeted main  refused"))
+    }
+
+    @Test("bad fetch flags exit 2 naming the flag", arguments: [
+        (["fetch", "main"], "--backend URL is required"),
+        (["fetch", "main", "--backend", "ftp://x"], "--backend ftp://x"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "sometimes"], "--policy sometimes"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "maxAge:-3"], "--policy maxAge:-3"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--load-timeout", "soon"], "--load-timeout soon"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/proc/nope"], "--cache-dir /proc/nope"),
+    ])
+    func badFlags(arguments: [String], fragment: String) async {
+        let io = Captured()
+        let status = await CommandLine.run(arguments, output: io.output)
+        #expect(status == 2)
+        #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
+    }
+
+    @Test("stub-backend rejects bad flags and bad scenario files with exit 2", arguments: [
+        (["stub-backend", "--port", "70000"], "--port 70000"),
+        (["stub-backend", "--scenario", "/nonexistent.json5"], "/nonexistent.json5: cannot read the file"),
+    ])
+    func stubBackendFlags(arguments: [String], fragment: String) async {
+        let io = Captured()
+        #expect(await CommandLine.run(arguments, output: io.output) == 2)
+        #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
+    }
+
+    @Test("replay prints a trace file as a timeline; a bad line is an error naming file and line")
+    func replay() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-replay-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let trace = "0123456789abcdef0123456789abcdef", span = "0123456789abcdef"
+        let lines = [
+            #"{"seq":1,"ts":"2026-12-02T10:11:12.000000Z","t":100,"run":"T.test","trace":"\#(trace)","span":"\#(span)","name":"fetch.start","placement":"main","attrs":{"call":"getFlow","policy":"reloadRevalidatingCacheData","loadTimeout":1}}"#,
+            #"{"seq":2,"ts":"2026-12-02T10:11:12.000000Z","t":100,"run":"T.test","trace":"\#(trace)","span":"1123456789abcdef","name":"request.start","placement":"main","attrs":{"kind":"targeted","timeout":0.5}}"#,
+            #"{"seq":3,"ts":"2026-12-02T10:11:12.500000Z","t":100.5,"run":"T.test","trace":"\#(trace)","span":"1123456789abcdef","name":"request.end","placement":"main","attrs":{"kind":"targeted","outcome":"timeout"}}"#,
+            #"{"seq":4,"ts":"2026-12-02T10:11:13.000000Z","t":101,"run":"T.test","trace":"\#(trace)","span":"\#(span)","name":"fetch.end","placement":"main","attrs":{"call":"getFlow","source":"fallbackFile","variation":"fb-A","audience":"All Users","targetingLost":true}}"#,
+        ]
+        try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/t.jsonl", atomically: true, encoding: .utf8)
+        let io = Captured()
+        #expect(await CommandLine.run(["replay", dir + "/t.jsonl"], output: io.output) == 0)
+        let out = io.out.withLock { $0 }
+        #expect(out.contains("run T.test"))
+        #expect(out.contains("0.000s -> 1.000s  getFlow main  fallbackFile fb-A (All Users) targetingLost  (1 request)"), "\(out)")
+        #expect(out.contains("0.000s -> 0.500s  targeted main  timeout"), "\(out)")
+
+        try (lines[0] + "\n{\"seq\": 2}\n").write(toFile: dir + "/bad.jsonl", atomically: true, encoding: .utf8)
+        let bad = Captured()
+        #expect(await CommandLine.run(["replay", dir + "/bad.jsonl"], output: bad.output) == 2)
+        #expect(bad.err.withLock { $0 }.contains("bad.jsonl:2: $: "), "\(bad.err.withLock { $0 })")
+        #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--serve"], output: Captured().output) == 2)
+    }
+}

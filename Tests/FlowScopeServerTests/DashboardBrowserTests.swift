@@ -1,0 +1,459 @@
+import Foundation
+import FlowEvents
+import FlowJSON
+@testable import FlowScopeServer
+import MemorySink
+import MetricsSink
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The dashboard (web/) in a real browser: headless Chromium against the real server stack (memory and
+/// metrics sinks, the dashboard API, the SSE stream, ingest over HTTPS). Chromium is part of the test
+/// set-up (`make test` installs it): without it these tests fail, they do not skip.
+@Suite("Dashboard in a real browser", .serialized)
+struct DashboardBrowserTests {
+    @Test("the dashboard renders the placements table, the waterfall, the histogram and the tail from ingested events")
+    func rendersIngestedEvents() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM: install it (`apt-get install chromium`, as `make test` does)")
+            return
+        }
+        let stack = try DashboardStack()
+        let ingested = try stack.ingest(DemoCalls.sample(run: "live"))
+        #expect(ingested == DemoCalls.sample(run: "live").count)
+        try stack.waitForFetches(placement: "main_paywall", count: 2)
+
+        // `?stream=off`: virtual time never advances while an EventSource is open, so the snapshot mode
+        // is what `--virtual-time-budget` can wait for. The live stream has its own test below.
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off")
+        #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
+        #expect(!dom.contains("Dashboard error"))
+
+        let main = try #require(HTMLSlice.element(in: dom, startingWith: "<tr data-placement=\"main_paywall\""))
+        #expect(HTMLSlice.texts(in: main).prefix(2) == ["main_paywall", "2"], "main_paywall row: \(main)")
+        #expect(main.contains("<svg class=\"chart source-bar\""))
+        #expect(main.contains("data-source=\"network\"") && main.contains("data-source=\"defaultAudience\""))
+        #expect(main.contains("4.70 s"), "p95 of 0.2 s and 4.7 s is 4.7 s: \(main)")
+
+        let onboarding = try #require(HTMLSlice.element(in: dom, startingWith: "<tr data-placement=\"onboarding\""))
+        #expect(HTMLSlice.texts(in: onboarding).prefix(2) == ["onboarding", "1"])
+        #expect(onboarding.contains("data-source=\"cache\""))
+
+        let upsell = try #require(HTMLSlice.element(in: dom, startingWith: "<tr data-placement=\"settings_upsell\""))
+        #expect(upsell.contains("2005 networkFailed"), "last preload error: \(upsell)")
+
+        #expect(dom.contains("<svg class=\"chart waterfall\""))
+        #expect(HTMLSlice.count(of: "<g class=\"wf-call\"", in: dom) == 4, "three getFlow calls and one preloadFlows")
+        #expect(dom.contains("class=\"timeout-mark\"") && dom.contains("class=\"fallback-mark\""))
+        #expect(dom.contains("<svg class=\"chart histogram\""))
+        #expect(HTMLSlice.count(of: "<tr class=\"ev ", in: dom) >= ingested, "every event in the tail")
+        let emptyTag = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"empty-state\"")).prefix { $0 != ">" }
+        #expect(emptyTag.contains(" hidden"), "no empty state with events: \(emptyTag)")
+    }
+
+    @Test("with no events the dashboard says how to produce some")
+    func emptyState() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let stack = try DashboardStack()
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off")
+        #expect(dom.contains("data-ready=\"true\""))
+        let empty = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"empty-state\""))
+        #expect(!empty.prefix { $0 != ">" }.contains(" hidden"), "the empty state is shown: \(empty)")
+        #expect(empty.contains("flowscope run config/scenarios/*.json5"))
+        #expect(!dom.contains("<tr data-placement="))
+    }
+
+    @Test("events ingested after the page opened arrive over the live stream and update the page")
+    func liveStream() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(Array(DemoCalls.sample(run: "live").prefix(6)))
+        try stack.waitForFetches(placement: "main_paywall", count: 1)
+
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(stack.baseURL)/")
+        let state = try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelector('#conn-state').dataset.state === 'open'")
+        #expect(state, "the stream connected (conn-state open)")
+        #expect(try browser.evaluate("document.querySelector('#placements tr[data-placement=\"winback_offer\"]') === null") == .bool(true))
+
+        _ = try stack.ingest(DemoCalls.call(run: "live", placement: "winback_offer", t: 100, source: "network", duration: 0.3))
+        let tail = try browser.waitFor("[...document.querySelectorAll('#tail tbody tr[data-name=\"fetch.end\"] td')].some((td) => td.textContent === 'winback_offer')")
+        #expect(tail, "the new fetch.end reached the tail without a reload")
+        let row = try browser.waitFor("document.querySelector('#placements tr[data-placement=\"winback_offer\"]') !== null")
+        #expect(row, "the placements table was refreshed after live events")
+        #expect(try browser.evaluate("document.querySelectorAll('#waterfall g.wf-call[data-placement=\"winback_offer\"]').length") == .number(1))
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+
+        // The server ends every stream: EventSource reconnects by itself (with Last-Event-ID) and the
+        // page keeps following.
+        stack.hub.closeAll()
+        _ = try stack.ingest(DemoCalls.call(run: "live", placement: "after_reconnect", t: 200, source: "cache", duration: 0.01))
+        let resumed = try browser.waitFor("[...document.querySelectorAll('#tail tbody tr[data-name=\"fetch.end\"] td')].some((td) => td.textContent === 'after_reconnect')", timeout: 30)
+        #expect(resumed, "events after the stream was closed arrived once the page reconnected")
+        #expect(try browser.waitFor("document.querySelector('#conn-state').dataset.state === 'open'"))
+    }
+}
+
+// MARK: - The server stack
+
+/// The serve stack's parts on 127.0.0.1, port 0: metrics and memory sinks behind a pipeline, the dashboard
+/// API with the SSE hub, ingest with a token, and web/ from this package.
+final class DashboardStack {
+    let fixture: ServerFixture
+    let pipeline: EventPipeline
+    let memory: MemorySink
+    let hub: SSEHub
+    private let subscription: SubscriptionToken
+
+    var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
+
+    init() throws {
+        let metrics = try MetricsSink(version: "test")
+        let memory = MemorySink()
+        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
+        let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(memory: memory))
+        let web = try StaticFiles(root: Self.webRoot)
+        fixture = try ServerFixture { router in
+            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: web,
+                                         ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
+        }
+        self.pipeline = pipeline
+        self.memory = memory
+        self.hub = hub
+        subscription = DashboardAPI.connectStream(memory: memory, hub: hub)
+    }
+
+    deinit {
+        memory.unsubscribe(subscription)
+        hub.closeAll()
+        fixture.server.stop()
+        pipeline.shutdown()
+    }
+
+    /// web/ of this package.
+    static var webRoot: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("web").path
+    }
+
+    /// POSTs envelopes to /api/ingest as JSON Lines with the token; returns the `accepted` count.
+    func ingest(_ envelopes: [JSONValue]) throws -> Int {
+        let body = envelopes.map(\.jsonText).joined(separator: "\n")
+        let reply = try fixture.connect().request("POST", "/api/ingest", headers: [
+            ("Authorization", "Bearer \(fixture.token.value)"), ("Content-Type", "application/x-ndjson"),
+        ], body: Array(body.utf8))
+        guard reply.status == 202 else { throw ClientError("ingest answered \(reply.status): \(reply.text)") }
+        return Int(try JSON5.parse(reply.text)["accepted"]?.numberValue ?? -1)
+    }
+
+    /// Waits until /api/placements counts `count` fetches of `placement` (the pipeline is asynchronous).
+    func waitForFetches(placement: String, count: Int, timeout: Double = 10) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        var last = ""
+        while Date() < deadline {
+            last = try fixture.connect().request("GET", "/api/placements?run=live").text
+            let rows = try JSON5.parse(last)["placements"]?.arrayValue ?? []
+            if rows.contains(where: { $0["placement"]?.stringValue == placement && ($0["fetches"]?.numberValue ?? 0) >= Double(count) }) {
+                return
+            }
+            usleep(20_000)
+        }
+        throw ClientError("\(placement) never reached \(count) fetches; last /api/placements: \(last)")
+    }
+}
+
+// MARK: - Events
+
+/// Envelopes shaped like the engine's (events-and-metrics.md), as a client would ingest them.
+enum DemoCalls {
+    private static let clock = Mutex(0)
+
+    static func hex(_ length: Int) -> String {
+        let n = clock.withLock { value -> Int in value += 1; return value }
+        let digits = String(n, radix: 16)
+        return String(repeating: "a", count: max(0, length - digits.count)) + digits
+    }
+
+    static func envelope(run: String, trace: String, span: String, name: String, placement: String?, t: Double,
+                         attrs: [String: JSONValue]) -> JSONValue {
+        [
+            "ts": .string(ISO8601.format(Date().timeIntervalSince1970 - 1 + t / 1000)), "t": .number(t), "run": .string(run),
+            "trace": .string(trace), "span": .string(span), "name": .string(name),
+            "placement": placement.map { .string($0) } ?? .null, "attrs": .object(attrs),
+        ]
+    }
+
+    /// One getFlow call: fetch.start, a targeted request, fetch.end.
+    static func call(run: String, placement: String, t: Double, source: String, duration: Double) -> [JSONValue] {
+        let trace = hex(32), root = hex(16), request = hex(16)
+        return [
+            envelope(run: run, trace: trace, span: root, name: "fetch.start", placement: placement, t: t,
+                     attrs: ["call": "getFlow", "policy": "reloadRevalidatingCacheData", "loadTimeout": 5]),
+            envelope(run: run, trace: trace, span: request, name: "request.start", placement: placement, t: t,
+                     attrs: ["kind": "targeted", "timeout": 4.5]),
+            envelope(run: run, trace: trace, span: request, name: "request.end", placement: placement, t: t + duration,
+                     attrs: ["kind": "targeted", "outcome": "ok", "status": 200, "duration": .number(duration), "bytes": 326]),
+            envelope(run: run, trace: trace, span: root, name: "fetch.end", placement: placement, t: t + duration,
+                     attrs: ["call": "getFlow", "source": .string(source), "variation": "all-A", "audience": "iOS US",
+                             "targetingLost": false, "duration": .number(duration)]),
+        ]
+    }
+
+    /// Three getFlow calls (main_paywall from the network, main_paywall after a targeted timeout from the
+    /// default audience, onboarding from the cache) and a preload whose settings_upsell request timed out.
+    static func sample(run: String) -> [JSONValue] {
+        var events = call(run: run, placement: "main_paywall", t: 10, source: "network", duration: 0.2)
+        let trace = hex(32), root = hex(16), targeted = hex(16), fallback = hex(16)
+        events += [
+            envelope(run: run, trace: trace, span: root, name: "fetch.start", placement: "main_paywall", t: 20,
+                     attrs: ["call": "getFlow", "policy": "reloadRevalidatingCacheData", "loadTimeout": 5]),
+            envelope(run: run, trace: trace, span: targeted, name: "request.start", placement: "main_paywall", t: 20,
+                     attrs: ["kind": "targeted", "timeout": 4.5]),
+            envelope(run: run, trace: trace, span: targeted, name: "request.end", placement: "main_paywall", t: 24.5,
+                     attrs: ["kind": "targeted", "outcome": "timeout", "duration": 4.5, "bytes": 0]),
+            envelope(run: run, trace: trace, span: root, name: "timeout", placement: "main_paywall", t: 24.5,
+                     attrs: ["stage": "targeted", "budget": 4.5, "elapsed": 4.5]),
+            envelope(run: run, trace: trace, span: root, name: "fallback", placement: "main_paywall", t: 24.5,
+                     attrs: ["to": "defaultAudience", "reason": "timeout"]),
+            envelope(run: run, trace: trace, span: fallback, name: "request.start", placement: "main_paywall", t: 24.5,
+                     attrs: ["kind": "default", "timeout": 0.5]),
+            envelope(run: run, trace: trace, span: fallback, name: "request.end", placement: "main_paywall", t: 24.7,
+                     attrs: ["kind": "default", "outcome": "ok", "status": 200, "duration": 0.2, "bytes": 326]),
+            envelope(run: run, trace: trace, span: root, name: "fetch.end", placement: "main_paywall", t: 24.7,
+                     attrs: ["call": "getFlow", "source": "defaultAudience", "variation": "all-B", "audience": "All Users",
+                             "targetingLost": true, "duration": 4.7]),
+        ]
+        let cached = hex(32), cachedRoot = hex(16)
+        events += [
+            envelope(run: run, trace: cached, span: cachedRoot, name: "fetch.start", placement: "onboarding", t: 30,
+                     attrs: ["call": "getFlow", "policy": "returnCacheDataElseLoad", "loadTimeout": 5]),
+            envelope(run: run, trace: cached, span: cachedRoot, name: "cache.hit", placement: "onboarding", t: 30,
+                     attrs: ["layer": "memory", "age": 12, "audience": "targeted"]),
+            envelope(run: run, trace: cached, span: cachedRoot, name: "fetch.end", placement: "onboarding", t: 30.001,
+                     attrs: ["call": "getFlow", "source": "cache", "variation": "all-A", "audience": "iOS US",
+                             "targetingLost": false, "duration": 0.001]),
+        ]
+        let preload = hex(32), preloadRoot = hex(16), batch = hex(16)
+        events += [
+            envelope(run: run, trace: preload, span: preloadRoot, name: "preload.start", placement: nil, t: 40,
+                     attrs: ["placements": ["settings_upsell"], "loadTimeout": 5]),
+            envelope(run: run, trace: preload, span: batch, name: "request.start", placement: "settings_upsell", t: 40,
+                     attrs: ["kind": "default", "timeout": 5]),
+            envelope(run: run, trace: preload, span: batch, name: "request.end", placement: "settings_upsell", t: 45,
+                     attrs: ["kind": "default", "outcome": "timeout", "duration": 5, "bytes": 0]),
+            envelope(run: run, trace: preload, span: preloadRoot, name: "preload.end", placement: nil, t: 45,
+                     attrs: ["succeeded": [], "failed": ["settings_upsell": 2005], "duration": 5]),
+        ]
+        return events
+    }
+}
+
+// MARK: - Chromium
+
+/// A headless Chromium found on this machine.
+struct Chromium {
+    let path: String
+
+    /// FLOWSCOPE_CHROMIUM, else the first of chromium, chromium-browser, google-chrome(-stable) on PATH.
+    static func executable() -> Chromium? {
+        let environment = ProcessInfo.processInfo.environment
+        if let configured = environment["FLOWSCOPE_CHROMIUM"], !configured.isEmpty {
+            return access(configured, X_OK) == 0 ? Chromium(path: configured) : nil
+        }
+        let directories = (environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
+        for name in ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"] {
+            for directory in directories where access("\(directory)/\(name)", X_OK) == 0 {
+                return Chromium(path: "\(directory)/\(name)")
+            }
+        }
+        return nil
+    }
+
+    /// The DOM after scripts ran (`--dump-dom` with a virtual time budget), self-signed certificate accepted.
+    func dumpDOM(url: String, timeout: Double = 90) throws -> String {
+        let profile = makeTemporaryDirectory()
+        defer { removeDirectory(profile) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors",
+                             "--user-data-dir=\(profile)", "--no-first-run", "--virtual-time-budget=5000",
+                             "--window-size=1400,1000", "--dump-dom", url]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        let killer = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: killer)
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        killer.cancel()
+        let dom = String(decoding: data, as: UTF8.self)
+        guard process.terminationStatus == 0, !dom.isEmpty else {
+            throw ClientError("\(path) --dump-dom \(url) exited with \(process.terminationStatus) after printing \(data.count) bytes")
+        }
+        return dom
+    }
+}
+
+/// Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: commands
+/// on fd 3, answers on fd 4, each message a JSON text ended by NUL), to watch a page that keeps its
+/// event stream open.
+final class DevToolsBrowser {
+    private let pid: pid_t
+    private let commands: Int32
+    private let answers: Int32
+    private let profile: String
+    private var buffer: [UInt8] = []
+    private var nextID = 0
+    private var session: String?
+
+    init(executable: String) throws {
+        profile = makeTemporaryDirectory()
+        var toBrowser: [Int32] = [0, 0], fromBrowser: [Int32] = [0, 0]
+        guard pipe(&toBrowser) == 0, pipe(&fromBrowser) == 0 else { throw ClientError("pipe failed: errno \(errno)") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, toBrowser[0], 3)
+        posix_spawn_file_actions_adddup2(&actions, fromBrowser[1], 4)
+        let devNull = "/dev/null"
+        posix_spawn_file_actions_addopen(&actions, 1, devNull, O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, devNull, O_WRONLY, 0)
+        let arguments = [executable, "--headless", "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors",
+                         "--user-data-dir=\(profile)", "--no-first-run", "--remote-debugging-pipe",
+                         "--window-size=1400,1000", "about:blank"]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var child: pid_t = 0
+        let spawned = posix_spawn(&child, executable, &actions, nil, &argv, environ)
+        Glibc.close(toBrowser[0])
+        Glibc.close(fromBrowser[1])
+        guard spawned == 0 else {
+            Glibc.close(toBrowser[1]); Glibc.close(fromBrowser[0])
+            removeDirectory(profile)
+            throw ClientError("cannot start \(executable): error \(spawned)")
+        }
+        pid = child
+        commands = toBrowser[1]
+        answers = fromBrowser[0]
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Opens a page in a new tab and attaches to it.
+    func open(_ url: String) throws {
+        let target = try command("Target.createTarget", ["url": "about:blank"])["targetId"]?.stringValue
+        guard let target else { throw ClientError("Target.createTarget gave no targetId") }
+        session = try command("Target.attachToTarget", ["targetId": .string(target), "flatten": true])["sessionId"]?.stringValue
+        _ = try command("Page.navigate", ["url": .string(url)])
+    }
+
+    /// The value of a JavaScript expression in the page (null when it threw or is not JSON).
+    func evaluate(_ expression: String) throws -> JSONValue {
+        let result = try command("Runtime.evaluate", ["expression": .string(expression), "returnByValue": true])
+        return result["result"]?["value"] ?? .null
+    }
+
+    /// Polls an expression until it is true; false after `timeout` seconds.
+    func waitFor(_ expression: String, timeout: Double = 20) throws -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try evaluate(expression) == .bool(true) { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    func close() {
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        Glibc.close(commands)
+        Glibc.close(answers)
+        removeDirectory(profile)
+    }
+
+    private func command(_ method: String, _ params: [String: JSONValue], timeout: Double = 20) throws -> JSONValue {
+        nextID += 1
+        var message: [String: JSONValue] = ["id": .number(Double(nextID)), "method": .string(method), "params": .object(params)]
+        if let session, !method.hasPrefix("Target.") { message["sessionId"] = .string(session) }
+        let bytes = Array(JSONValue.object(message).jsonText.utf8) + [0]
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { write(commands, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw ClientError("DevTools pipe closed while sending \(method)") }
+            sent += n
+        }
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            while let end = buffer.firstIndex(of: 0) {
+                let text = String(decoding: buffer[..<end], as: UTF8.self)
+                buffer.removeSubrange(...end)
+                let answer = try JSON5.parse(text)
+                guard answer["id"]?.numberValue == Double(nextID) else { continue }
+                if let error = answer["error"] { throw ClientError("\(method) failed: \(error.jsonText)") }
+                return answer["result"] ?? .null
+            }
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { throw ClientError("no answer to \(method) within \(timeout) s") }
+            var poller = pollfd(fd: answers, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, Int32(min(left, 1) * 1000)) >= 0 else { throw ClientError("poll failed: errno \(errno)") }
+            guard poller.revents != 0 else { continue }
+            var chunk = [UInt8](repeating: 0, count: 65_536)
+            let n = chunk.withUnsafeMutableBytes { read(answers, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw ClientError("the browser closed the DevTools pipe while waiting for \(method)") }
+            buffer += chunk[..<n]
+        }
+    }
+}
+
+// MARK: - HTML
+
+/// Just enough HTML reading for assertions on Chromium's serialized DOM.
+enum HTMLSlice {
+    /// The element starting at the first occurrence of `prefix`, up to its matching closing tag.
+    static func element(in html: String, startingWith prefix: String) -> String? {
+        guard let start = html.range(of: prefix) else { return nil }
+        let nameEnd = prefix.dropFirst().firstIndex(where: { $0 == " " || $0 == ">" }) ?? prefix.endIndex
+        let name = String(prefix[prefix.index(after: prefix.startIndex)..<nameEnd])
+        var depth = 0
+        var index = start.lowerBound
+        while index < html.endIndex {
+            if html[index...].hasPrefix("<\(name)") {
+                let after = html.index(index, offsetBy: name.count + 1, limitedBy: html.endIndex) ?? html.endIndex
+                if after < html.endIndex, html[after] == " " || html[after] == ">" { depth += 1 }
+            } else if html[index...].hasPrefix("</\(name)>") {
+                depth -= 1
+                if depth == 0 { return String(html[start.lowerBound..<html.index(index, offsetBy: name.count + 3)]) }
+            }
+            index = html.index(after: index)
+        }
+        return nil
+    }
+
+    /// The text runs between tags, trimmed, without the empty ones.
+    static func texts(in html: String) -> [String] {
+        var out: [String] = [], current = "", inTag = false
+        for c in html {
+            if c == "<" { inTag = true; if !current.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { out.append(current.trimmingCharacters(in: .whitespacesAndNewlines)) }; current = "" }
+            else if c == ">" { inTag = false }
+            else if !inTag { current.append(c) }
+        }
+        return out
+    }
+
+    /// Occurrences of `needle`.
+    static func count(of needle: String, in html: String) -> Int {
+        html.components(separatedBy: needle).count - 1
+    }
+}

@@ -1,0 +1,175 @@
+import TestSupport
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import FlowScopeTesting
+import FlowSim
+import Foundation
+import Synchronization
+import Testing
+
+/// A value shared between tasks.
+final class Shared<Value: Sendable>: Sendable {
+    private let m: Mutex<Value>
+    init(_ v: Value) { m = Mutex(v) }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { m.withLock { body(&$0) } }
+}
+
+/// Wall-clock time whose deadlines never fire: for tests whose backend answers at once, so that a
+/// cooperative pool starved by other suites cannot turn an answer into a timeout.
+struct NoDeadlineClock: EngineClock {
+    func now() -> Double { Date().timeIntervalSince1970 }
+    func sleep(until deadline: Double) async throws { try await Task.sleep(for: .seconds(86_400)) }
+    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void { {} }
+}
+
+enum Fixtures {
+    static let audiences: [AudienceDefinition] = [
+        AudienceDefinition(name: "ASA", versionId: "av-asa", requiresAttribution: "appleAds", variations: [Variation(id: "asa-A", weight: 100)]),
+        AudienceDefinition(name: "All Users", versionId: "av-all", variations: [Variation(id: "all-A", weight: 50), Variation(id: "all-B", weight: 50)]),
+    ]
+    static let placements = ["main": PlacementBackend(audiences: audiences), "onboarding": PlacementBackend(audiences: audiences)]
+
+    static func live(latency: Double = 0.01, rules: [NetworkRule] = []) -> LiveSandboxBackend {
+        LiveSandboxBackend(SandboxBackend(placements: placements, network: NetworkRules(latency: latency, rules: rules),
+                                          profiles: [ScenarioProfile(id: "user-42")]))
+    }
+
+    static func temporaryDirectory() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-kit-\(UUID().uuidString)").path
+    }
+}
+
+/// Two traced tests that run at the same time (Swift Testing runs tests in parallel): each sees only its own events.
+@Suite("Trace isolation between parallel tests", .flowTrace)
+struct TraceIsolationTests {
+    static func exercise(_ placement: String) async throws {
+        let recorder = try #require(FlowTrace.current)
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(latency: 0.03), events: FlowTrace.sink,
+                                clock: NoDeadlineClock())
+        for _ in 0..<5 { _ = try await client.getFlow(placementId: placement, loadTimeout: 30) }
+        let placements = Set(recorder.events.compactMap(\.placement))
+        #expect(placements == [placement], "\(recorder.name) saw \(placements)")
+        #expect(recorder.timeline.calls.count == 5)
+        expectFlow(placement, source: .network, requests: 1)
+    }
+
+    @Test("the first test sees only main")
+    func first() async throws { try await Self.exercise("main") }
+
+    @Test("the second test sees only onboarding")
+    func second() async throws { try await Self.exercise("onboarding") }
+}
+
+@Suite("Test kit")
+struct FlowTraceTests {
+    @Test("concurrent withFlowTrace scopes record disjoint traces, and the sink follows the task-local recorder")
+    func concurrentScopes() async throws {
+        let names = Shared<[String: Set<String>]>([:])
+        await withTaskGroup(of: Void.self) { group in
+            for placement in ["main", "onboarding"] {
+                group.addTask {
+                    await withFlowTrace("scope-\(placement)", environment: [:]) {
+                        // One shared sink value made outside any scope: it records into whichever test is current.
+                        let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(latency: 0.02),
+                                                events: FlowTraceSink(recorder: nil))
+                        for _ in 0..<3 { _ = try? await client.getFlow(placementId: placement, loadTimeout: 30) }
+                        let seen = Set(FlowTrace.current?.events.compactMap(\.placement) ?? [])
+                        names.withLock { $0[placement] = seen }
+                    }
+                }
+            }
+        }
+        #expect(names.withLock { $0 } == ["main": ["main"], "onboarding": ["onboarding"]])
+        #expect(FlowTrace.current == nil)
+    }
+
+    @Test("FLOWSCOPE_TRACE_DIR leaves one JSON Lines file per traced test, named after the test, one envelope per line")
+    func traceDirectory() async throws {
+        let dir = Fixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let env = ["FLOWSCOPE_TRACE_DIR": dir]
+        for (name, placement) in [("Suite.first test/α", "main"), ("Suite.second", "onboarding")] {
+            await withFlowTrace(name, environment: env) {
+                let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
+                _ = try? await client.getFlow(placementId: placement, loadTimeout: 30)
+            }
+        }
+        await withFlowTrace("Suite.untraced", environment: [:]) {}
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
+        #expect(files == ["Suite.first_test", "Suite.second"].map { $0 + ".jsonl" })
+        let text = try String(contentsOfFile: dir + "/Suite.second.jsonl", encoding: .utf8)
+        let lines = text.split(separator: "\n")
+        #expect(lines.count >= 4)
+        for line in lines {
+            let v = try JSON5.parse(String(line))
+            #expect(v["run"] == "Suite.second")
+            #expect(v["placement"] == "onboarding" || v["placement"] == .null)
+        }
+        #expect(lines.first.map { String($0).contains("\"name\":\"fetch.start\"") } == true)
+    }
+
+    @Test("file names are sanitized and bounded")
+    func fileNames() {
+        #expect(FlowTraceRecorder.fileName(for: "a b/../c") == "a_b_.._c")
+        #expect(FlowTraceRecorder.fileName(for: "../../etc/passwd") == "_.._etc_passwd")
+        #expect(FlowTraceRecorder.fileName(for: "") == "test")
+        let long = FlowTraceRecorder.fileName(for: String(repeating: "x", count: 500))
+        #expect(long.utf8.count <= 120)
+    }
+
+    @Test("a failing expectation reports the call's timeline: its requests and events")
+    func failingExpectationPrintsTimeline() async throws {
+        let messages = Shared<[String]>([])
+        let recorder = FlowTraceRecorder(name: "timeline", environment: [:]) { m, _ in messages.withLock { $0.append(m) } }
+        // Virtual time: the outcome does not depend on how loaded the machine is.
+        let harness = VirtualHarness(scenario: try Scenario.decode(VirtualHarnessTests.text, file: "inline"),
+                                     events: FlowTraceSink(recorder: recorder))
+        let flow = try await harness.getFlow(placementId: "main", fetchPolicy: .reloadRevalidatingCacheData, loadTimeout: 1)
+        #expect(flow.source == .defaultAudience)
+        #expect(recorder.expectFlow("main", source: .defaultAudience, targetingLost: true, requests: 2))
+        #expect(recorder.expectTimeout("main", stage: "targeted"))
+        #expect(recorder.expectFallback("main", to: "defaultAudience"))
+        #expect(recorder.expectRequests(1, placement: "main", kind: .default))
+        #expect(messages.withLock { $0 }.isEmpty)
+
+        #expect(!recorder.expectFlow("main", source: .cache))
+        #expect(!recorder.expectFallback("main", to: "fallbackFile"))
+        #expect(!recorder.expectRequests(5))
+        let first = try #require(messages.withLock { $0.first })
+        #expect(first.contains("source: expected cache, got defaultAudience"))
+        #expect(first.contains("targeted main  timeout"), "\(first)")
+        #expect(first.contains("default main  ok"), "\(first)")
+        #expect(first.contains("fallback"), "\(first)")
+        #expect(messages.withLock { $0.count } == 3)
+    }
+
+    @Test("FLOWSCOPE_ATTACH streams events to /api/ingest as JSON Lines with the bearer token, run = the test name")
+    func attach() async throws {
+        let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
+        defer { server.stop() }
+        let env = ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(server.port)", "FLOWSCOPE_TOKEN": "s3cret"]
+        let recorded = await withFlowTrace("attached test", environment: env) { () -> Int in
+            let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
+            _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
+            return FlowTrace.current?.envelopes.count ?? 0
+        }
+        let posts = server.requests
+        #expect(!posts.isEmpty)
+        #expect(posts.allSatisfy { $0.method == "POST" && $0.target == "/api/ingest" && $0.headers["authorization"] == "Bearer s3cret" })
+        let lines = posts.flatMap { String(decoding: $0.body, as: UTF8.self).split(separator: "\n") }
+        #expect(lines.count == recorded)
+        for line in lines { #expect(try JSON5.parse(String(line))["run"] == "attached test") }
+    }
+
+    @Test("an attach server that is down never fails the test")
+    func attachDown() async throws {
+        let env = ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(LoopbackServer.closedPort())"]
+        let count = await withFlowTrace("attach down", environment: env) { () -> Int in
+            let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
+            _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
+            return FlowTrace.current?.envelopes.count ?? 0
+        }
+        #expect(count >= 3)
+    }
+}

@@ -1,0 +1,56 @@
+import FlowFetch
+import FlowScopeTesting
+import FlowSim
+import Testing
+
+/// An app's loading code, written against FlowLoading so it runs on FlowClient and on the harness.
+func loadPaywall(flows: some FlowLoading) async -> String {
+    do {
+        let flow = try await flows.getFlow(placementId: "main", loadTimeout: 5)
+        return "\(flow.source.rawValue):\(flow.variationId)"
+    } catch {
+        return "error \(error.code.rawValue)"
+    }
+}
+
+@Suite("Virtual-time harness", .flowTrace)
+struct VirtualHarnessTests {
+    static let text = """
+    {
+      "name": "targeted hangs, default answers",
+      "profile": { "id": "user-42" },
+      "backend": { "placements": { "main": { "audiences": [
+          { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 50 }, { "id": "all-B", "weight": 50 } ] } ] } } },
+      "network": { "latency": 0.2, "rules": [ { "match": { "kind": "targeted" }, "fail": "hang" } ] },
+      "steps": [ { "at": 0, "call": "getFlow", "placement": "main", "loadTimeout": 5 } ]
+    }
+    """
+
+    @Test("the app's own loading code runs against a scenario in virtual time, with the scenario runner's answer")
+    func appCodeInVirtualTime() async throws {
+        let scenario = try Scenario.decode(Self.text, file: "inline")
+        let harness = VirtualHarness(scenario: scenario)
+        // The harness has no clock: 4.7 virtual seconds pass without any real waiting.
+        let shown = await loadPaywall(flows: harness)
+        #expect(abs(await harness.now - 4.7) < 1e-9)
+
+        let report = ScenarioRunner(scenario).run()
+        let expected = report.results[0].outcome?.flow
+        #expect(shown == "defaultAudience:\(expected?.variationId ?? "?")")
+        expectFlow("main", source: .defaultAudience, requests: 2)
+        expectTimeout("main", stage: "targeted")
+    }
+
+    @Test("advance lets virtual time pass between calls; a later call starts at the new time")
+    func advance() async throws {
+        let harness = VirtualHarness(scenario: try Scenario.decode(Self.text, file: "inline"))
+        _ = try await harness.getFlow(placementId: "main", fetchPolicy: .reloadRevalidatingCacheData, loadTimeout: 1)
+        #expect(abs(await harness.now - 0.7) < 1e-9, "stage A cut at 0.5, default audience answered 0.2 s later")
+        await harness.advance(by: 60)
+        #expect(abs(await harness.now - 60.7) < 1e-9)
+        let cached = try await harness.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
+        #expect(cached.source == .cache)
+        #expect(abs(await harness.now - 60.7) < 1e-9)
+        expectFlow("main", source: .cache, requests: 0)
+    }
+}

@@ -1,0 +1,108 @@
+// Histogram of fetch.end durations, stacked by source, with p50/p95 markers.
+import { svg, tooltip, clear, ticks } from './svg.js';
+import { SOURCES, sourceClass } from './placements.js';
+import * as fmt from './format.js';
+
+const PAD = { left: 44, right: 14, top: 26, bottom: 34 };
+
+/** Nearest-rank percentile of sorted values (as the memory sink computes it). */
+export function percentile(sorted, p) {
+  if (!sorted.length) return null;
+  const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
+  return sorted[rank - 1];
+}
+
+/** Draws `samples` ([{duration, source}]) into `container`; returns {p50, p95, count}. */
+export function renderHistogram(container, samples) {
+  clear(container);
+  if (!samples.length) return { p50: null, p95: null, count: 0 };
+  const width = Math.max(container.clientWidth || 480, 320);
+  const height = 260;
+  const sorted = samples.map((s) => s.duration).sort((a, b) => a - b);
+  const p50 = percentile(sorted, 50);
+  const p95 = percentile(sorted, 95);
+  const max = sorted[sorted.length - 1];
+
+  const plotW = width - PAD.left - PAD.right;
+  const plotH = height - PAD.top - PAD.bottom;
+  // A long tail would squash the body: past 2 × p95 the axis stops and the rest is counted in the last bin.
+  const domain = max > p95 * 2.5 ? p95 * 2 : max;
+  const xt = ticks(Math.max(domain, 0.01), Math.max(3, Math.floor(plotW / 80)));
+  const xMax = xt[xt.length - 1];
+  const binCount = Math.min(60, Math.max(12, Math.floor(plotW / 14)));
+  const binW = xMax / binCount;
+  const order = SOURCES.map(([k]) => k).concat(['other', 'error']);
+  const bins = Array.from({ length: binCount }, () => ({ total: 0, by: new Map() }));
+  let beyond = 0;
+  for (const s of samples) {
+    if (s.duration > xMax) beyond += 1;
+    const i = Math.min(binCount - 1, Math.floor(s.duration / binW));
+    const key = order.includes(s.source) ? s.source : 'other';
+    bins[i].total += 1;
+    bins[i].by.set(key, (bins[i].by.get(key) ?? 0) + 1);
+  }
+  const yMaxRaw = Math.max(...bins.map((b) => b.total));
+  const yt = ticks(yMaxRaw, 4).filter((v) => Number.isInteger(v));
+  const yMax = yt[yt.length - 1] || 1;
+  const x = (v) => PAD.left + (v / xMax) * plotW;
+  const y = (v) => PAD.top + plotH - (v / yMax) * plotH;
+
+  const root = svg('svg', {
+    class: 'chart histogram', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+    'aria-label': `Histogram of ${samples.length} fetch durations; p50 ${fmt.duration(p50)}, p95 ${fmt.duration(p95)}, max ${fmt.duration(max)}`,
+  });
+  const axes = svg('g', { class: 'grid-lines' });
+  for (const v of yt) {
+    axes.appendChild(svg('line', { x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v), class: 'gridline' }));
+    axes.appendChild(svg('text', { x: PAD.left - 6, y: y(v) + 4, class: 'axis-label', 'text-anchor': 'end' }, fmt.compact(v)));
+  }
+  for (const v of xt) {
+    axes.appendChild(svg('line', { x1: x(v), x2: x(v), y1: PAD.top + plotH, y2: PAD.top + plotH + 4, class: 'axis-line' }));
+    axes.appendChild(svg('text', { x: x(v), y: PAD.top + plotH + 17, class: 'axis-label', 'text-anchor': 'middle' }, fmt.axisDuration(v)));
+  }
+  axes.appendChild(svg('line', { x1: PAD.left, x2: width - PAD.right, y1: PAD.top + plotH, y2: PAD.top + plotH, class: 'axis-line' }));
+  axes.appendChild(svg('text', { x: PAD.left + plotW / 2, y: height - 3, class: 'axis-title', 'text-anchor': 'middle' }, 'fetch.end duration'));
+  root.appendChild(axes);
+
+  const bars = svg('g', { class: 'bars' });
+  bins.forEach((b, i) => {
+    if (!b.total) return;
+    const x0 = x(i * binW) + 1;
+    const w = Math.max(x((i + 1) * binW) - x(i * binW) - 2, 1);
+    let acc = 0;
+    const g = svg('g', { class: 'bin' });
+    for (const key of order) {
+      const n = b.by.get(key);
+      if (!n) continue;
+      g.appendChild(svg('rect', { x: x0, y: y(acc + n), width: w, height: Math.max(y(acc) - y(acc + n), 0.5), class: `seg ${sourceClass(key)}` }));
+      acc += n;
+    }
+    const parts = order.filter((k) => b.by.get(k)).map((k) => `${k} ${b.by.get(k)}`).join(', ');
+    const upper = i === binCount - 1 && beyond ? 'and slower' : fmt.duration((i + 1) * binW);
+    tooltip(g, `${fmt.duration(i * binW)} – ${upper}: ${b.total} (${parts})`);
+    bars.appendChild(g);
+  });
+  root.appendChild(bars);
+
+  // Labels above the plot: p50 to the left of its line, p95 to the right, unless the edge is too near.
+  for (const [label, v] of [['p50', p50], ['p95', p95]]) {
+    const mx = x(v);
+    const m = svg('g', { class: `pmark ${label}` });
+    m.appendChild(svg('line', { x1: mx, x2: mx, y1: PAD.top - 4, y2: PAD.top + plotH }));
+    let anchor = label === 'p50' ? 'end' : 'start';
+    if (anchor === 'end' && mx < PAD.left + 70) anchor = 'start';
+    if (anchor === 'start' && mx > width - PAD.right - 70) anchor = 'end';
+    // Both labels to the right and close together: p95's goes one line down.
+    const p50Start = x(p50) < PAD.left + 70;
+    const dy = label === 'p95' && p50Start && anchor === 'start' && mx - x(p50) < 90 ? 14 : 0;
+    m.appendChild(svg('text', { x: anchor === 'end' ? mx - 4 : mx + 4, y: PAD.top - 8 + dy, 'text-anchor': anchor }, `${label} ${fmt.duration(v)}`));
+    tooltip(m, `${label}: ${fmt.duration(v)}`);
+    root.appendChild(m);
+  }
+  if (beyond) {
+    root.appendChild(svg('text', { x: width - PAD.right, y: PAD.top - 8, class: 'axis-label', 'text-anchor': 'end' },
+      `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`));
+  }
+  container.appendChild(root);
+  return { p50, p95, count: samples.length };
+}

@@ -1,0 +1,135 @@
+// Simulation runs (`flowscope simulate`): one row per strategy and the time-to-flow CDF per strategy.
+import { svg, tooltip, el, clear } from './svg.js';
+import { sourceBar } from './placements.js';
+import * as fmt from './format.js';
+
+const SERIES = 8;
+
+/** Whether a run detail is a saved simulation with strategies. */
+export function hasStrategies(detail) {
+  return detail !== null && typeof detail === 'object' && Array.isArray(detail.strategies) && detail.strategies.length > 0;
+}
+
+/** Renders the strategies table and the CDF chart of a simulation run detail. */
+export function renderStrategies(section, detail) {
+  const tbody = section.querySelector('tbody');
+  const chart = section.querySelector('.chart-wrap');
+  clear(tbody);
+  clear(chart);
+  if (!hasStrategies(detail)) { section.hidden = true; return; }
+  section.hidden = false;
+  const note = section.querySelector('.panel-note');
+  const parts = [];
+  if (Number.isFinite(detail.sessions)) parts.push(`${fmt.count(detail.sessions)} sessions`);
+  if (Number.isFinite(detail.seed)) parts.push(`seed ${detail.seed}`);
+  if (Number.isFinite(detail.throughput?.callsPerSecond)) parts.push(`${fmt.compact(detail.throughput.callsPerSecond)} calls/s simulated`);
+  note.textContent = parts.join(' · ');
+
+  const list = detail.strategies;
+  const best = bestValues(list);
+  list.forEach((s, i) => {
+    const tr = el('tr', null, null, { 'data-strategy': s.name ?? `#${i + 1}` });
+    const name = el('th', null, null, { scope: 'row' });
+    const label = el('div', 'strategy-name');
+    label.appendChild(el('span', `swatch series-${i % SERIES}`, null, { 'aria-hidden': 'true' }));
+    label.appendChild(el('span', null, s.name ?? `strategy ${i + 1}`, { title: s.name ?? '' }));
+    name.appendChild(label);
+    tr.appendChild(name);
+    tr.appendChild(metricCell(fmt.percent(s.targetingCorrect, 1), s.targetingCorrect === best.targetingCorrect));
+    const t = s.timeToFlow ?? {};
+    for (const q of ['p50', 'p95', 'p99']) tr.appendChild(metricCell(fmt.duration(t[q]), t[q] === best[q]));
+    const barCell = el('td', 'bar-col');
+    const wrap = el('div', 'bar-cell');
+    const shares = { ...(s.sources ?? {}) };
+    const none = shares.none ?? 0;
+    delete shares.none;
+    const bar = sourceBar(Object.fromEntries(Object.entries(shares).map(([k, v]) => [k, v * 10000])), 10000);
+    if (none > 0) {
+      // "none" (a blank screen) is drawn in the error colour at the end of the bar.
+      const rects = bar.querySelectorAll('rect');
+      const scale = 1 - none;
+      rects.forEach((r) => {
+        r.setAttribute('x', String(Number(r.getAttribute('x')) * scale));
+        r.setAttribute('width', String(Number(r.getAttribute('width')) * scale));
+      });
+      const blank = svg('rect', { x: 100 * scale, y: 0, width: 100 * none, height: 10, class: 'seg src-error', 'data-source': 'none' });
+      tooltip(blank, `none (blank screen): ${fmt.percent(none, 1)}`);
+      bar.appendChild(blank);
+    }
+    wrap.appendChild(bar);
+    wrap.appendChild(el('span', `bar-note${none > 0 ? ' bad' : ''}`, none > 0 ? `blank ${fmt.percent(none, 1)}` : `network ${fmt.percent(shares.network ?? 0, 1)}`));
+    barCell.appendChild(wrap);
+    tr.appendChild(barCell);
+    tr.appendChild(metricCell(Number.isFinite(s.requestsPerSession) ? s.requestsPerSession.toFixed(2) : '–', s.requestsPerSession === best.requestsPerSession));
+    tbody.appendChild(tr);
+  });
+  renderCDF(chart, list);
+}
+
+function metricCell(text, isBest) {
+  const td = el('td', `num${isBest ? ' best' : ''}`, text);
+  if (isBest) td.title = 'best of the strategies';
+  return td;
+}
+
+function bestValues(list) {
+  const pick = (values, better) => values.filter(Number.isFinite).reduce((a, b) => (a === null || better(b, a) ? b : a), null);
+  return {
+    targetingCorrect: pick(list.map((s) => s.targetingCorrect), (a, b) => a > b),
+    p50: pick(list.map((s) => s.timeToFlow?.p50), (a, b) => a < b),
+    p95: pick(list.map((s) => s.timeToFlow?.p95), (a, b) => a < b),
+    p99: pick(list.map((s) => s.timeToFlow?.p99), (a, b) => a < b),
+    requestsPerSession: pick(list.map((s) => s.requestsPerSession), (a, b) => a < b),
+  };
+}
+
+const PAD = { left: 48, right: 16, top: 14, bottom: 36 };
+const X_TICKS = [0, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120];
+
+/** The time-to-flow CDF of each strategy on a square-root time axis (detail near zero, the tail still visible). */
+function renderCDF(container, list) {
+  const width = Math.max(container.clientWidth || 700, 360);
+  const height = 280;
+  // The axis ends past the largest p99: the last percent of a long tail would squash everything else.
+  let max = 0;
+  for (const s of list) {
+    const p99 = s.timeToFlow?.p99;
+    if (Number.isFinite(p99)) max = Math.max(max, p99);
+    else for (const p of s.timeToFlowCDF ?? []) if (Array.isArray(p) && Number.isFinite(p[0])) max = Math.max(max, p[0]);
+  }
+  const xMax = X_TICKS.find((v) => v >= max * 1.1) ?? max * 1.1;
+  const plotW = width - PAD.left - PAD.right;
+  const plotH = height - PAD.top - PAD.bottom;
+  const x = (v) => PAD.left + Math.sqrt(Math.min(Math.max(0, v), xMax) / (xMax || 1)) * plotW;
+  const y = (share) => PAD.top + plotH - share * plotH;
+  const root = svg('svg', {
+    class: 'chart cdf', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+    'aria-label': `Time to flow, cumulative share of displays, for ${list.length} strategies`,
+  });
+  const axes = svg('g', { class: 'grid-lines' });
+  for (const v of [0, 0.25, 0.5, 0.75, 0.9, 1]) {
+    axes.appendChild(svg('line', { x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v), class: 'gridline' }));
+    axes.appendChild(svg('text', { x: PAD.left - 6, y: y(v) + 4, class: 'axis-label', 'text-anchor': 'end' }, `${Math.round(v * 100)}%`));
+  }
+  let lastX = -100;
+  for (const v of X_TICKS.filter((t) => t <= xMax)) {
+    const gx = x(v);
+    axes.appendChild(svg('line', { x1: gx, x2: gx, y1: PAD.top, y2: PAD.top + plotH, class: 'gridline' }));
+    if (gx - lastX > 34) {
+      axes.appendChild(svg('text', { x: gx, y: PAD.top + plotH + 16, class: 'axis-label', 'text-anchor': 'middle' }, fmt.axisDuration(v)));
+      lastX = gx;
+    }
+  }
+  axes.appendChild(svg('text', { x: PAD.left + plotW / 2, y: height - 4, class: 'axis-title', 'text-anchor': 'middle' }, 'time to flow (square-root scale) · share of displays with a flow by then'));
+  root.appendChild(axes);
+  list.forEach((s, i) => {
+    const points = (s.timeToFlowCDF ?? []).filter((p) => Array.isArray(p) && Number.isFinite(p[0]) && Number.isFinite(p[1]));
+    if (!points.length) return;
+    let d = `M${x(0).toFixed(1)},${y(0).toFixed(1)}`;
+    for (const [sec, share] of points) d += ` L${x(sec).toFixed(1)},${y(share).toFixed(1)}`;
+    const path = svg('path', { d, class: `cdf-line series-${i % SERIES}`, 'data-strategy': s.name ?? '' });
+    tooltip(path, `${s.name}: p50 ${fmt.duration(s.timeToFlow?.p50)}, p95 ${fmt.duration(s.timeToFlow?.p95)}, p99 ${fmt.duration(s.timeToFlow?.p99)}`);
+    root.appendChild(path);
+  });
+  container.appendChild(root);
+}

@@ -1,0 +1,62 @@
+// The live event tail: newest first, filtered by run, placement and event name, bounded.
+import { el, clear } from './svg.js';
+import { eventClass } from './waterfall.js';
+import * as fmt from './format.js';
+
+/** Rows shown at most. */
+export const TAIL_ROWS = 250;
+
+/** Every event name of events-and-metrics.md, for the name filter. */
+export const EVENT_NAMES = [
+  'fetch.start', 'fetch.end', 'cache.hit', 'cache.miss', 'cache.expired', 'cache.stored', 'cache.corrupt',
+  'cache.evicted', 'request.start', 'request.end', 'timeout', 'fallback', 'preload.start', 'preload.end',
+  'layout.cache.hit', 'layout.cache.miss', 'layout.stored', 'assets.prefetch.start', 'assets.prefetch.end',
+  'asset.bundled', 'attribution.applied', 'attribution.timeout', 'param.clamped', 'profile.changed', 'sink.dropped',
+];
+
+/** Whether an envelope passes the filters ({run: string|null, placement, name}). */
+export function matches(e, filters) {
+  if (filters.run !== null && e.run !== filters.run) return false;
+  if (filters.placement && e.placement !== filters.placement) return false;
+  if (filters.name && e.name !== filters.name) return false;
+  return true;
+}
+
+/** Replaces a select's options after its fixed first ones, keeping the selection when still offered. */
+export function setOptions(select, values, keepFirst = 1) {
+  const current = select.value;
+  while (select.options.length > keepFirst) select.remove(keepFirst);
+  for (const v of values) select.add(new Option(v, v));
+  if ([...select.options].some((o) => o.value === current)) select.value = current;
+}
+
+/** Renders the newest matching events of `events` (oldest first) into the tail table. */
+export function renderTail(section, events, filters, { onSelect } = {}) {
+  const tbody = section.querySelector('tbody');
+  const empty = section.querySelector('.panel-empty');
+  clear(tbody);
+  let shown = 0;
+  for (let i = events.length - 1; i >= 0 && shown < TAIL_ROWS; i -= 1) {
+    const e = events[i];
+    if (!matches(e, filters)) continue;
+    shown += 1;
+    const tr = el('tr', `ev ${eventClass(e.name)}`, null, { 'data-seq': e.seq, 'data-name': e.name });
+    tr.appendChild(el('td', 'num mono muted', String(e.seq)));
+    const time = el('td', 'mono');
+    time.appendChild(el('time', null, fmt.clock(e.ts), { datetime: e.ts, title: `${e.ts} · t=${e.t}` }));
+    tr.appendChild(time);
+    tr.appendChild(el('td', 'mono run-cell', e.run ?? '', { title: e.run ?? '' }));
+    tr.appendChild(el('td', 'mono', e.placement ?? ''));
+    tr.appendChild(el('td', 'mono ev-name', e.name));
+    const attrs = fmt.attrs(e.attrs);
+    tr.appendChild(el('td', 'mono attrs', attrs, { title: attrs }));
+    if (onSelect && e.trace) {
+      tr.tabIndex = 0;
+      tr.addEventListener('click', () => onSelect(e.trace, e.run));
+      tr.addEventListener('keydown', (event) => { if (event.key === 'Enter') onSelect(e.trace, e.run); });
+    }
+    tbody.appendChild(tr);
+  }
+  empty.hidden = shown > 0;
+  return shown;
+}

@@ -1,0 +1,221 @@
+// The waterfall of recent calls, like a browser's network panel: one group per trace, the call's bar
+// (fetch.start/preload.start .. fetch.end/preload.end) and below it its requests by span, with
+// timeout marks and fallback marks. Every call is drawn from its own start on a shared time scale.
+import { svg, tooltip, el, clear, ticks } from './svg.js';
+import { sourceClass } from './placements.js';
+import * as fmt from './format.js';
+
+const AXIS_H = 24;
+const CALL_H = 24;
+const REQ_H = 18;
+const GAP = 6;
+const RIGHT_PAD = 76;
+
+/** Fills the waterfall legend. */
+export function renderWaterfallLegend(list) {
+  clear(list);
+  const items = [
+    ['swatch src-network', 'Call (by source)'],
+    ['swatch out-ok', 'Request ok'],
+    ['swatch out-failed', 'Request failed'],
+    ['swatch out-timeout', 'Request timed out'],
+    ['swatch budget', 'Request budget'],
+    ['mark timeout-mark', 'Timeout'],
+    ['mark fallback-mark', 'Fallback'],
+  ];
+  for (const [cls, label] of items) {
+    const li = el('li');
+    li.appendChild(el('span', cls, null, { 'aria-hidden': 'true' }));
+    li.appendChild(el('span', null, label));
+    list.appendChild(li);
+  }
+}
+
+function truncate(text, max) {
+  const s = String(text ?? '');
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}
+
+function outcomeClass(outcome, ended) {
+  if (!ended) return 'out-pending';
+  if (outcome === 'ok') return 'out-ok';
+  if (outcome === 'timeout') return 'out-timeout';
+  return 'out-failed';
+}
+
+function callEnd(c) {
+  if (c.endT !== null && c.endT !== undefined) return c.endT;
+  const last = Number.isFinite(c.lastT) ? c.lastT : c.startT;
+  return Number.isFinite(c.openUntil) ? Math.max(c.openUntil, last) : last;
+}
+
+/**
+ * Draws `calls` (from groupCalls, newest first) into `container`. `onSelect(trace)` is called when a
+ * call is clicked or activated with the keyboard; `selected` is the trace to highlight.
+ */
+export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
+  clear(container);
+  if (!calls.length) return null;
+  const available = container.clientWidth || 900;
+  // Narrow screens: a narrower label column, and the chart scrolls sideways below 480 px.
+  const LABEL_W = available < 760 ? 230 : 340;
+  const width = Math.max(available, 480);
+  const trackX = LABEL_W;
+  const trackW = width - LABEL_W - RIGHT_PAD;
+
+  let maxSpan = 0;
+  for (const c of calls) {
+    maxSpan = Math.max(maxSpan, callEnd(c) - c.startT);
+    for (const r of c.requests) {
+      maxSpan = Math.max(maxSpan, (r.endT ?? r.openUntil ?? r.startT) - c.startT);
+    }
+  }
+  const axisTicks = ticks(Math.max(maxSpan, 0.05), Math.max(3, Math.floor(trackW / 110)));
+  const axisMax = axisTicks[axisTicks.length - 1];
+  const x = (dt) => trackX + (Math.max(0, dt) / axisMax) * trackW;
+
+  let height = AXIS_H + 4;
+  for (const c of calls) height += CALL_H + c.requests.length * REQ_H + GAP;
+
+  const root = svg('svg', {
+    class: 'chart waterfall', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+    'aria-label': `Waterfall of the ${calls.length} most recent calls, time from each call's start, up to ${fmt.duration(axisMax)}`,
+  });
+
+  // Axis and grid.
+  const grid = svg('g', { class: 'grid-lines' });
+  for (const v of axisTicks) {
+    const gx = x(v);
+    grid.appendChild(svg('line', { x1: gx, x2: gx, y1: AXIS_H - 4, y2: height, class: 'gridline' }));
+    grid.appendChild(svg('text', { x: gx, y: 14, class: 'axis-label', 'text-anchor': v === 0 ? 'start' : 'middle' }, fmt.axisDuration(v)));
+  }
+  grid.appendChild(svg('text', { x: 8, y: 14, class: 'axis-label' }, 'call'));
+  grid.appendChild(svg('line', { x1: 0, x2: width, y1: AXIS_H, y2: AXIS_H, class: 'axis-line' }));
+  root.appendChild(grid);
+
+  let y = AXIS_H + 4;
+  for (const c of calls) {
+    const rows = 1 + c.requests.length;
+    const groupH = CALL_H + c.requests.length * REQ_H;
+    const g = svg('g', {
+      class: `wf-call${c.trace === selected ? ' selected' : ''}`, 'data-trace': c.trace, 'data-placement': c.placement ?? '',
+      tabindex: 0, role: 'button',
+    });
+    const end = callEnd(c);
+    const finished = c.endT !== null && c.endT !== undefined;
+    const state = c.errorCode !== null && c.errorCode !== undefined ? `error ${fmt.errorCode(c.errorCode)}`
+      : c.failed && Object.keys(c.failed).length ? `${Object.keys(c.failed).length} failed`
+        : finished ? (c.source ?? 'done') : 'in progress';
+    const summary = `${c.call ?? 'call'} ${c.placement ?? (c.placements ? c.placements.join(', ') : '')}: ${state}, ${fmt.duration(end - c.startT)}${c.targetingLost ? ', targeting lost' : ''}, ${c.requests.length} request(s), ${c.timeouts.length} timeout(s), ${c.fallbacks.length} fallback(s). Started ${fmt.clock(c.startTs)}; run ${c.run}`;
+    g.setAttribute('aria-label', summary);
+    tooltip(g, summary);
+
+    g.appendChild(svg('rect', { x: 0, y: y - 2, width, height: groupH + 2, class: 'row-bg' }));
+
+    // Label column: status dot, placement, call, duration.
+    const status = c.errorCode !== null && c.errorCode !== undefined ? 'src-error'
+      : finished ? sourceClass(c.source ?? (c.failed && Object.keys(c.failed).length ? 'error' : 'network')) : 'out-pending';
+    g.appendChild(svg('circle', { cx: 12, cy: y + CALL_H / 2 - 1, r: 4, class: status }));
+    const name = c.placement ?? (c.placements ? `${c.placements.length} placements` : '—');
+    g.appendChild(svg('text', { x: 24, y: y + CALL_H / 2 + 3, class: 'wf-name' }, truncate(name, 22)));
+    const kindX = 24 + Math.min(name.length, 22) * 7.6 + 8;
+    const kindChars = Math.max(4, Math.floor((LABEL_W - 72 - kindX) / 6.4));
+    g.appendChild(svg('text', { x: kindX, y: y + CALL_H / 2 + 3, class: 'wf-call-kind' }, truncate(c.call ?? '', kindChars)));
+    g.appendChild(svg('text', { x: LABEL_W - 10, y: y + CALL_H / 2 + 3, class: 'wf-dur', 'text-anchor': 'end' }, finished ? fmt.duration(end - c.startT) : '…'));
+
+    // Call bar.
+    const barCls = c.errorCode !== null && c.errorCode !== undefined ? 'src-error' : finished ? sourceClass(c.source ?? (c.failed && Object.keys(c.failed).length ? 'error' : 'network')) : 'out-pending';
+    const bx = x(0);
+    const bw = Math.max(x(end - c.startT) - bx, 2);
+    g.appendChild(svg('rect', { x: bx, y: y + 5, width: bw, height: CALL_H - 12, rx: 2, class: `wf-bar call ${barCls}` }));
+    const hasError = c.errorCode !== null && c.errorCode !== undefined;
+    const failedCount = Object.keys(c.failed || {}).length;
+    const outcome = !finished ? 'in progress'
+      : hasError ? `error ${fmt.errorCode(c.errorCode)}`
+        : c.call === 'preloadFlows' ? `${c.succeeded ?? 0} ok, ${failedCount} failed${failedCount ? ` (${Object.entries(c.failed).map(([p, code]) => `${p} ${code}`).join(', ')})` : ''}`
+          : (c.source ?? 'done');
+    const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: `wf-bar-label${hasError || failedCount ? ' bad' : ''}` }, outcome);
+    if (c.targetingLost) tail.appendChild(svg('tspan', { class: 'wf-flag', dx: 8 }, 'targeting lost'));
+    g.appendChild(tail);
+
+    // Requests.
+    let ry = y + CALL_H;
+    for (const r of c.requests) {
+      const ended = r.endT !== null && r.endT !== undefined;
+      const label = `${r.kind ?? 'request'}${c.call === 'preloadFlows' && r.placement ? ` · ${r.placement}` : ''}`;
+      g.appendChild(svg('text', { x: 36, y: ry + REQ_H / 2 + 3, class: 'wf-req-name' }, truncate(`↳ ${label}`, 30)));
+      const rdur = (ended ? r.endT : Math.max(r.openUntil ?? end, r.startT)) - r.startT;
+      const outcomeText = ended ? `${r.outcome ?? '?'}${r.status ? ` ${r.status}` : ''}` : 'pending';
+      g.appendChild(svg('text', { x: LABEL_W - 10, y: ry + REQ_H / 2 + 3, class: `wf-req-out ${outcomeClass(r.outcome, ended)}-text`, 'text-anchor': 'end' }, outcomeText));
+      const rx = x(r.startT - c.startT);
+      if (Number.isFinite(r.timeout) && r.timeout > 0) {
+        const budgetEnd = Math.min(x(r.startT - c.startT + r.timeout), trackX + trackW);
+        g.appendChild(svg('rect', { x: rx, y: ry + 4, width: Math.max(budgetEnd - rx, 1), height: REQ_H - 8, rx: 1.5, class: 'wf-budget' }));
+      }
+      const rw = Math.max(x(r.startT - c.startT + rdur) - rx, 2);
+      const rect = svg('rect', { x: rx, y: ry + 4, width: rw, height: REQ_H - 8, rx: 1.5, class: `wf-bar req ${outcomeClass(r.outcome, ended)}` });
+      tooltip(rect, `${label}: ${outcomeText}, ${fmt.duration(rdur)}${Number.isFinite(r.timeout) ? ` (budget ${fmt.duration(r.timeout)})` : ''}${r.bytes ? `, ${fmt.count(r.bytes)} bytes` : ''}; span ${r.span ?? '?'}`);
+      g.appendChild(rect);
+      g.appendChild(svg('text', { x: rx + rw + 6, y: ry + REQ_H / 2 + 3, class: 'wf-bar-label small' }, `${fmt.duration(rdur)}${ended ? '' : '…'}`));
+      ry += REQ_H;
+    }
+
+    // Timeout and fallback marks, across the whole group.
+    for (const t of c.timeouts) {
+      const mx = x(t.t - c.startT);
+      const m = svg('g', { class: 'timeout-mark' });
+      m.appendChild(svg('line', { x1: mx, x2: mx, y1: y + 1, y2: y + groupH - 2 }));
+      m.appendChild(svg('path', { d: `M${mx - 4},${y + 1} L${mx + 4},${y + 1} L${mx},${y + 7} Z` }));
+      tooltip(m, `timeout (${t.stage ?? '?'}) at +${fmt.duration(t.t - c.startT)}${Number.isFinite(t.budget) ? `, budget ${fmt.duration(t.budget)}` : ''}`);
+      g.appendChild(m);
+    }
+    for (const f of c.fallbacks) {
+      const mx = x(f.t - c.startT);
+      const my = y + CALL_H / 2 - 1;
+      const m = svg('g', { class: 'fallback-mark' });
+      m.appendChild(svg('path', { d: `M${mx},${my - 5} L${mx + 5},${my} L${mx},${my + 5} L${mx - 5},${my} Z` }));
+      tooltip(m, `fallback to ${f.to ?? '?'} (${f.reason ?? '?'}) at +${fmt.duration(f.t - c.startT)}`);
+      g.appendChild(m);
+    }
+
+    if (onSelect) {
+      g.addEventListener('click', () => onSelect(c.trace));
+      g.addEventListener('keydown', (event) => {
+        if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); onSelect(c.trace); }
+      });
+    }
+    root.appendChild(g);
+    y += groupH + GAP;
+    void rows;
+  }
+  container.appendChild(root);
+  return root;
+}
+
+/** Fills the call detail panel with the events of one call. */
+export function renderTraceDetail(panel, call) {
+  const tbody = panel.querySelector('tbody');
+  clear(tbody);
+  if (!call) { panel.hidden = true; return; }
+  panel.hidden = false;
+  panel.querySelector('h3').textContent = `${call.call ?? 'call'} ${call.placement ?? ''} · trace ${call.trace}`;
+  for (const e of call.events) {
+    const tr = el('tr', `ev ${eventClass(e.name)}`);
+    tr.appendChild(el('td', 'num mono', Number.isFinite(e.t) ? `+${fmt.duration(e.t - call.startT)}` : ''));
+    tr.appendChild(el('td', 'mono ev-name', e.name));
+    tr.appendChild(el('td', 'mono', e.placement ?? ''));
+    tr.appendChild(el('td', 'mono muted', e.span ?? ''));
+    tr.appendChild(el('td', 'mono attrs', fmt.attrs(e.attrs)));
+    tbody.appendChild(tr);
+  }
+}
+
+/** A CSS class for an event name's colour in tables. */
+export function eventClass(name) {
+  if (name === 'timeout' || name === 'attribution.timeout' || name === 'cache.corrupt' || name === 'sink.dropped') return 'ev-bad';
+  if (name === 'fallback' || name === 'cache.expired' || name === 'param.clamped') return 'ev-warn';
+  if (name.startsWith('fetch.') || name.startsWith('preload.')) return 'ev-call';
+  if (name.startsWith('request.')) return 'ev-req';
+  if (name.startsWith('cache.') || name.startsWith('layout.')) return 'ev-cache';
+  return 'ev-other';
+}
