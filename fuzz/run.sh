@@ -21,10 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS=(json5 scenario config rest cache ingest envelope)
-# Targets that land with other parts of the package: built when their decoder exists.
-[[ -f Sources/FlowFetch/FallbackFileLoader.swift ]] && [[ -f fuzz/targets/fallback.swift ]] && ALL_TARGETS+=(fallback)
-[[ -f fuzz/targets/layout.swift ]] && grep -q "LayoutCoding\|func layout(from" Sources/FlowFetch/*.swift 2>/dev/null && ALL_TARGETS+=(layout)
+ALL_TARGETS=(json5 scenario config rest cache ingest envelope fallback layout)
 
 RUNS=${RUNS:-1000000}
 MAX_TIME=${MAX_TIME:-1800}
@@ -65,7 +62,7 @@ module_maps=()
 for m in Sources/C*/module.modulemap; do module_maps+=(-Xcc "-fmodule-map-file=$m"); done
 for t in "${targets[@]}"; do
     [[ -f fuzz/targets/$t.swift ]] || { echo "unknown target $t (have: ${ALL_TARGETS[*]})" >&2; exit 2; }
-    if [[ ! -x $BIN/$t || fuzz/targets/$t.swift -nt $BIN/$t || fuzz/targets/Support.swift -nt $BIN/$t || $(find "$BUILD/release" -name '*.o' -newer "$BIN/$t" | head -1) ]]; then
+    if [[ ! -x $BIN/$t || fuzz/targets/$t.swift -nt $BIN/$t || fuzz/targets/Support.swift -nt $BIN/$t || $(find "$BUILD/release/" -name '*.o' -newer "$BIN/$t" | head -1) ]]; then
         echo "== linking $BIN/$t"
         swiftc -O -parse-as-library -sanitize="$SANITIZERS" -module-name "Fuzz_$t" \
             -I "$BUILD/release/Modules" -I "$BUILD/release" "${module_maps[@]}" $(pkg-config --cflags-only-I libmicrohttpd openssl sqlite3 | sed 's/-I/-Xcc -I/g') \

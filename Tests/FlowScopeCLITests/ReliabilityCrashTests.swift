@@ -1,4 +1,5 @@
 import FlowEvents
+import FlowFetch
 import Foundation
 import SQLiteSink
 import Synchronization
@@ -97,5 +98,52 @@ struct ReliabilityCrashTests {
         let events = try sink.events(limit: 100_000)
         #expect(events.count == previousCount)
         #expect(events.allSatisfy { $0.run == "live" && ISO8601.validRange.contains($0.ts) })
+    }
+
+    @Test("what a kill leaves in the flow cache directory (a half-written temp file, truncated, flipped or empty entries) is cleaned or reported corrupt on the next start, never served")
+    func tornCacheWrites() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-torn-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let keys = (0..<6).map { CacheKey(profileId: "user-42", placementId: "p\($0)") }
+        do {
+            let cache = FlowCache(disk: try FileFlowStore(directory: dir))
+            for (i, key) in keys.enumerated() {
+                let flow = Flow(placementId: key.placementId, variationId: "v\(i)", audienceName: "All Users", audienceVersionId: "av",
+                                revision: i, productIds: ["p"], remoteConfig: ["i": .number(Double(i))], layout: nil,
+                                source: .network, targetingLost: false)
+                #expect(cache.write(key, CachedFlow(flow: flow, storedAt: Double(i), fromDefaultAudience: false), keepTargeted: false).stored)
+            }
+        }
+        let store = try FileFlowStore(directory: dir)
+        let paths = keys.map { store.path(for: $0) }
+        let profileDir = URL(fileURLWithPath: paths[0]).deletingLastPathComponent().path
+        // A write cut short before its rename, and the damage a crash or a disk can leave in place.
+        FileManager.default.createFile(atPath: profileDir + "/.tmp-1f2e3d", contents: Data("flowscope-cache-1 ab".utf8))
+        let whole = try Data(contentsOf: URL(fileURLWithPath: paths[1]))
+        try whole.prefix(whole.count / 2).write(to: URL(fileURLWithPath: paths[1]))
+        var second = try Data(contentsOf: URL(fileURLWithPath: paths[2]))
+        second[second.count - 3] ^= 0x01
+        try second.write(to: URL(fileURLWithPath: paths[2]))
+        try Data().write(to: URL(fileURLWithPath: paths[3]))
+        try Data((0..<300).map { UInt8(truncatingIfNeeded: $0 &* 31) }).write(to: URL(fileURLWithPath: paths[4]))
+
+        // The next start.
+        let cache = FlowCache(disk: try FileFlowStore(directory: dir))
+        #expect(!FileManager.default.fileExists(atPath: profileDir + "/.tmp-1f2e3d"), "the cut-short temp file is removed at start")
+        var outcomes: [String] = []
+        for (i, key) in keys.enumerated() {
+            switch cache.read(key) {
+            case .hit(let entry, _):
+                outcomes.append("hit")
+                #expect([0, 5].contains(i), "damaged entry \(i) was served")
+                #expect(entry.flow.variationId == "v\(i)" && entry.flow.revision == i)
+            case .corrupt:
+                outcomes.append("corrupt")
+                #expect(!FileManager.default.fileExists(atPath: paths[i]), "a corrupt entry is deleted")
+            case .miss:
+                outcomes.append("miss")
+            }
+        }
+        #expect(outcomes == ["hit", "corrupt", "corrupt", "corrupt", "corrupt", "hit"], "\(outcomes)")
     }
 }

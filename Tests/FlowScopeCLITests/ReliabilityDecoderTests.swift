@@ -126,6 +126,20 @@ private let decoders: [DecoderUnderTest] = [
             return try Envelope(jsonValue: JSON5.parse(line)).jsonLine == line ? nil : "envelope round trip changed \(line)"
         } catch { return located(error) }
     },
+    DecoderUnderTest(name: "fallback") { bytes in
+        do throws(JSONInputError) {
+            let file = try FallbackFile.decode(bytes: bytes, file: "fallback.json")
+            return try FallbackFile.decode(file.json).json == file.json ? nil : "fallback file round trip changed it"
+        } catch {
+            return error.file == "fallback.json" ? located(error) : "error does not name the file: \(error)"
+        }
+    },
+    DecoderUnderTest(name: "layout") { bytes in
+        do throws(JSONInputError) {
+            let layout = try RESTCoding.layout(from: JSONCursor(JSON5.parse(bytes: bytes)))
+            return try RESTCoding.layout(from: JSONCursor(RESTCoding.layoutJSON(layout))) == layout ? nil : "layout round trip changed it"
+        } catch { return located(error) }
+    },
 ]
 
 private func corpus(_ target: String) -> [[UInt8]] {
@@ -135,7 +149,7 @@ private func corpus(_ target: String) -> [[UInt8]] {
 }
 
 /// Captures what a command prints.
-private final class Captured: Sendable {
+private final class ReliabilityOutput: Sendable {
     let out = Mutex(""), err = Mutex("")
     var output: Output {
         Output(out: { s in self.out.withLock { $0 += s } }, err: { s in self.err.withLock { $0 += s } }, isTerminal: false)
@@ -168,7 +182,7 @@ private let badFiles: [(name: String, bytes: [UInt8], path: String)] = [
 @Suite("Reliability: every decoder of outside input, under seeded fuzzing and bad files")
 struct ReliabilityDecoderTests {
     @Test("each decoder accepts or refuses with a located error the committed corpus plus seeded mutations",
-          arguments: ["json5", "scenario", "config", "rest", "cache", "ingest", "envelope"])
+          arguments: ["json5", "scenario", "config", "rest", "cache", "ingest", "envelope", "fallback", "layout"])
     func corpusAndMutations(target: String) throws {
         let decoder = try #require(decoders.first { $0.name == target })
         let seeds = corpus(target)
@@ -195,7 +209,7 @@ struct ReliabilityDecoderTests {
     func runBadFiles() async throws {
         for bad in badFiles {
             let path = try temporaryFile(bad.name, bad.bytes)
-            let captured = Captured()
+            let captured = ReliabilityOutput()
             let status = await CommandLine.run(["run", path], output: captured.output)
             let err = captured.errText
             #expect(status == ExitStatus.usage, "\(bad.name): status \(status)")
@@ -209,7 +223,7 @@ struct ReliabilityDecoderTests {
     func checkConfigBadFiles() async throws {
         for bad in badFiles {
             let path = try temporaryFile(bad.name, bad.bytes)
-            let captured = Captured()
+            let captured = ReliabilityOutput()
             let status = await CommandLine.run(["check-config", path], output: captured.output)
             let err = captured.errText
             #expect(status == ExitStatus.usage, "\(bad.name): status \(status)")
@@ -262,7 +276,7 @@ struct ReliabilityDecoderTests {
     func hugeScenarioTimes(text: String) async throws {
         let path = try temporaryFile("huge.json5", Array(text.utf8))
         for extra in [["--events"], ["--json"]] {
-            let captured = Captured()
+            let captured = ReliabilityOutput()
             let status = await CommandLine.run(["run", path] + extra, output: captured.output)
             #expect(status == ExitStatus.success || status == ExitStatus.failure, "\(status): \(captured.errText)")
             #expect(!captured.out.withLock { $0 }.isEmpty)
