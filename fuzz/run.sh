@@ -11,7 +11,7 @@
 # (seconds one input may take before libFuzzer calls it a hang, default 10).
 #
 # How it builds: SwiftPM compiles the package's library modules with coverage instrumentation
-# (--sanitize=fuzzer/address plus an explicit -sanitize-coverage=edge,trace-cmp, which SwiftPM does not
+# (--sanitize=fuzzer/address plus an explicit -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table, which SwiftPM does not
 # pass on its own; -enable-testing so internal decoders are reachable) into .build/fuzz;
 # each target file (plus targets/Support.swift) is then linked with swiftc -sanitize=fuzzer against
 # those objects, leaving out the flowscope executable's main. New inputs libFuzzer finds go to
@@ -51,7 +51,7 @@ for s in "${sanitizers[@]}"; do sanitize_flags+=(--sanitize="$s"); done
 if [[ $no_build -eq 0 ]]; then
 echo "== building instrumented modules into $BUILD ($SANITIZERS)"
 swift build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
-    -Xswiftc -sanitize-coverage=edge,trace-cmp --target FlowScopeCLI
+    -Xswiftc -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table --target FlowScopeCLI
 
 # Every module object but the executable's main.
 mapfile -t objects < <(find "$BUILD/release/" -path '*/flowscope.build' -prune -o -path '*.build/*.o' -print | grep -v -e 'Tests.build/' -e '/flowscope.build/' | sort)
