@@ -107,6 +107,9 @@ private func appendHex(_ v: UInt64, to out: inout [UInt8]) {
 
 /// UTC timestamps in ISO 8601 with microseconds, e.g. `2026-12-02T10:11:12.345678Z`.
 public enum ISO8601 {
+    /// The times an envelope may carry: 1970-01-01T00:00:00Z up to 9999-12-31T23:59:59.999999Z.
+    public static let validRange: ClosedRange<Double> = 0...253_402_300_799.999_999
+
     /// Appends `format(seconds)` to a byte buffer.
     public static func append(_ seconds: Double, to out: inout [UInt8]) {
         let f = fields(seconds)
@@ -135,9 +138,11 @@ public enum ISO8601 {
         return "\(pad(f.y, 4))-\(pad(f.m, 2))-\(pad(f.d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2)).\(pad(f.frac, 6))Z"
     }
 
-    /// Civil date, seconds of the day and microseconds of a time.
+    /// Civil date, seconds of the day and microseconds of a time, clamped into `validRange` (NaN to 0):
+    /// a time outside it would overflow the Int64 conversion.
     private static func fields(_ seconds: Double) -> (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64) {
-        let micros = Int64((seconds * 1_000_000).rounded(.down))
+        let clamped = seconds.isNaN ? 0 : min(max(seconds, validRange.lowerBound), validRange.upperBound)
+        let micros = min(Int64((clamped * 1_000_000).rounded(.down)), 253_402_300_799_999_999)
         var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
         let inDay = micros - days * 86_400_000_000
         // Civil-from-days (Howard Hinnant).

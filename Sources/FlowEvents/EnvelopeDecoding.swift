@@ -45,6 +45,10 @@ extension Envelope {
         } else {
             throw JSONInputError(path: "\(path).ts", message: "expected an ISO 8601 UTC time like \"2026-12-02T10:11:12.345678Z\", got \(Self.preview(tsValue))")
         }
+        // Sinks turn ts into integer microseconds and nanoseconds: keep it where those fit.
+        guard ISO8601.validRange.contains(ts) else {
+            throw JSONInputError(path: "\(path).ts", message: "expected a time from 1970 to 9999, got \(Self.preview(tsValue))")
+        }
         let tValue = try required("t")
         guard let t = tValue.numberValue, t.isFinite else {
             throw JSONInputError(path: "\(path).t", message: "expected a number of seconds, got \(Self.preview(tValue))")

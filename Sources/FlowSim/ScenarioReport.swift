@@ -209,6 +209,8 @@ public struct ScenarioReport: Sendable {
 
     private func fmt(_ t: Double) -> String {
         let v = ms(t)
+        // Beyond this an Int conversion would trap (a scenario may say `at: 1e300`).
+        guard v.isFinite, abs(v) < 1e15 else { return "\(v)s" }
         let whole = Int(v.rounded(.down))
         let frac = Int(((v - Double(whole)) * 1000).rounded())
         let f = String(frac)

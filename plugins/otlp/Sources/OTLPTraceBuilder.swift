@@ -365,7 +365,7 @@ public struct OTLPTraceBuilder: Sendable {
         case .requestEnd:
             if let outcome = e.attrs["outcome"]?.stringValue, errorOutcomes.contains(outcome) { return .error(outcome) }
         case .assetsPrefetchEnd:
-            if let failed = e.attrs["failed"]?.numberValue, failed > 0 { return .error("\(Int(failed)) asset(s) failed") }
+            if let failed = e.attrs["failed"]?.intValue, failed > 0 { return .error("\(failed) asset(s) failed") }
         default: break
         }
         return .unset

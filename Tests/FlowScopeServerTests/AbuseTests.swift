@@ -1,0 +1,305 @@
+import FlowEvents
+import FlowJSON
+import Foundation
+import MemorySink
+import MetricsSink
+import Synchronization
+import Testing
+@testable import FlowScopeServer
+
+// The server under load and abuse, over real sockets on 127.0.0.1: many kept-alive clients, slow
+// clients that never finish their headers, garbage and oversized bodies, ingest rate limiting, with
+// the process's memory measured throughout. Numbers are recorded in RELIABILITY.md.
+
+/// Resident set size of this process in bytes (VmRSS of /proc/self/status).
+func residentBytes() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+          let kb = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+    return kb * 1024
+}
+
+/// Raises the soft limit on open files towards the hard one; returns the limit now in force.
+func raiseOpenFileLimit(to wanted: Int) -> Int {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    if Int(limit.rlim_cur) < wanted {
+        limit.rlim_cur = min(limit.rlim_max, rlim_t(wanted))
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+    return Int(limit.rlim_cur)
+}
+
+/// Runs `work(i)` for i in 0..<count on `threads` threads; waits at most `timeout`. Returns whether all finished.
+func onThreads(_ threads: Int, count: Int, timeout: Duration, _ work: @escaping @Sendable (Int) -> Void) -> Bool {
+    let next = Atomic<Int>(0)
+    let workers = (0..<threads).map { _ in
+        Thread {
+            while true {
+                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                guard i < count else { return }
+                work(i)
+            }
+        }
+    }
+    for w in workers { w.stackSize = 1 << 20; w.start() }
+    let deadline = ContinuousClock.now + timeout
+    while workers.contains(where: { !$0.isFinished }) && ContinuousClock.now < deadline { usleep(5_000) }
+    return workers.allSatisfy(\.isFinished)
+}
+
+/// Latencies (seconds) summarised: median and maximum.
+struct LatencySummary: CustomStringConvertible {
+    var median: Double
+    var max: Double
+    init(_ samples: [Double]) {
+        let sorted = samples.sorted()
+        median = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+        max = sorted.last ?? 0
+    }
+    var description: String { String(format: "median %.1f ms, max %.1f ms", median * 1000, max * 1000) }
+}
+
+/// A test connection made on any thread and handed between threads one at a time.
+final class ConnectionBox: @unchecked Sendable {
+    // @unchecked: each box is used by one thread at a time (the test hands them over with joins).
+    var connection: TestConnection?
+}
+
+/// The dashboard stack of `flowscope serve` (metrics + memory sinks, pipeline, the real routes).
+final class DashboardFixture {
+    let pipeline: EventPipeline
+    let memory = MemorySink()
+    let fixture: ServerFixture
+    var port: Int { fixture.port }
+    var token: String { fixture.token.value }
+
+    /// Most events one ingest request may carry here (the default is 10,000; fewer keeps the body small).
+    static let maxIngestEvents = 1_000
+
+    init(limits: ServerLimits, limiter: RateLimiter = RateLimiter(ratePerSecond: 10_000, burst: 10_000)) throws {
+        let metrics = try MetricsSink(version: "test")
+        pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
+        var apiLimits = DashboardAPI.Limits()
+        apiLimits.maxIngestEvents = Self.maxIngestEvents
+        let hub = SSEHub(replay: DashboardAPI.replay(memory: memory))
+        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: nil,
+                                         ingestLimiter: limiter, limits: apiLimits)
+        fixture = try ServerFixture(limits: limits) { $0 = router }
+    }
+
+    deinit { pipeline.shutdown() }
+}
+
+private func envelopeLine(_ i: Int) -> String {
+    #"{"ts":1796206272.5,"t":\#(i),"run":"abuse","trace":"4bf92f3577b34da6a3ce929d0e0e4736","span":"00f067aa0ba902b7","name":"cache.hit","placement":"p"}"#
+}
+
+@Suite("Abuse: the server under load, slow clients, garbage and rate limits", .serialized)
+struct AbuseRealTimeTests {
+    @Test("1,000 concurrent kept-alive TLS clients each get their own answers, with bounded memory")
+    func thousandClients() throws {
+        let clients = 1_000
+        let fdLimit = raiseOpenFileLimit(to: 4 * clients + 256)
+        try #require(fdLimit >= 2 * clients + 128, "ulimit -n is \(fdLimit): too low for \(clients) clients and their server ends")
+        let fixture = try ServerFixture(limits: ServerLimits(maxConnections: clients + 100, maxConnectionsPerIP: clients + 100,
+                                                             connectionTimeoutSeconds: 60)) { router in
+            router.get("/api/runs/{id}") { .json(["id": .string($0.parameter("id") ?? "")]) }
+        }
+        let port = fixture.port
+        let rssBefore = residentBytes()
+        let boxes = (0..<clients).map { _ in ConnectionBox() }
+        let failures = Mutex<[String]>([])
+        let clock = ContinuousClock()
+        let started = clock.now
+        // Open every connection first (TLS handshake + one request), so all 1,000 are open at once.
+        let opened = onThreads(8, count: clients, timeout: .seconds(120)) { i in
+            do {
+                let c = try TestConnection(port: port, timeout: 30)
+                let reply = try c.request("GET", "/api/runs/c\(i)-0")
+                if reply.status != 200 || reply.text != #"{"id":"c\#(i)-0"}"# + "\n" { failures.withLock { $0.append("c\(i)-0: \(reply.status)") } }
+                boxes[i].connection = c
+            } catch {
+                failures.withLock { $0.append("c\(i) open: \(error)") }
+            }
+        }
+        let openTime = clock.now - started
+        let rssOpen = residentBytes()
+        // Then a second and third request on every one of them: all still alive, none mixed up.
+        let reused = onThreads(8, count: clients, timeout: .seconds(120)) { i in
+            guard let c = boxes[i].connection else { return }
+            for round in 1...2 {
+                do {
+                    let reply = try c.request("GET", "/api/runs/c\(i)-\(round)")
+                    if reply.status != 200 || reply.text != #"{"id":"c\#(i)-\#(round)"}"# + "\n" {
+                        failures.withLock { $0.append("c\(i)-\(round): \(reply.status) \(reply.text)") }
+                    }
+                } catch {
+                    failures.withLock { $0.append("c\(i)-\(round): \(error)") }
+                }
+            }
+        }
+        let total = clock.now - started
+        let stillOpen = boxes.filter { $0.connection?.closedByPeer == false }.count
+        for box in boxes { box.connection = nil }
+        usleep(200_000)
+        let rssAfter = residentBytes()
+        print("abuse.thousandClients: \(clients) clients, open \(openTime), all requests \(total), RSS before \(rssBefore >> 20) MiB, with all open \(rssOpen >> 20) MiB, after close \(rssAfter >> 20) MiB")
+        #expect(opened && reused)
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0.prefix(5) })")
+        #expect(stillOpen == clients)
+        #expect(rssOpen - rssBefore < 768 << 20, "RSS grew by \((rssOpen - rssBefore) >> 20) MiB with \(clients) connections")
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+        #expect(fixture.server.liveRequests == 0)
+    }
+
+    @Test("300 slow clients that never finish their headers leave /healthz responsive, and are closed at the timeout")
+    func slowClients() throws {
+        _ = raiseOpenFileLimit(to: 2048)
+        let timeoutSeconds = 4
+        let fixture = try ServerFixture(limits: ServerLimits(maxConnections: 1_000, maxConnectionsPerIP: 1_000,
+                                                             connectionTimeoutSeconds: timeoutSeconds))
+        let port = fixture.port
+        // Half finish TLS and send half a request; half stop inside the TLS handshake itself.
+        let boxes = (0..<300).map { _ in ConnectionBox() }
+        let failures = Mutex<[String]>([])
+        let opened = onThreads(8, count: boxes.count, timeout: .seconds(60)) { i in
+            do {
+                if i % 2 == 0 {
+                    let c = try TestConnection(port: port, timeout: 15)
+                    try c.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+                    boxes[i].connection = c
+                } else {
+                    let c = try TestConnection(port: port, tls: false, timeout: 15)
+                    try c.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01])  // a ClientHello record header, then nothing
+                    boxes[i].connection = c
+                }
+            } catch {
+                failures.withLock { $0.append("slow \(i): \(error)") }
+            }
+        }
+        #expect(opened)
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0.prefix(3) })")
+        let clock = ContinuousClock()
+        var fresh: [Double] = [], kept: [Double] = []
+        let keptConnection = try fixture.connect()
+        for _ in 0..<40 {
+            var t = clock.now
+            let reply = try fixture.connect().request("GET", "/healthz")
+            fresh.append(Double((clock.now - t).components.attoseconds) / 1e18 + Double((clock.now - t).components.seconds))
+            #expect(reply.status == 200)
+            t = clock.now
+            #expect(try keptConnection.request("GET", "/healthz").status == 200)
+            let d = clock.now - t
+            kept.append(Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
+        }
+        let freshSummary = LatencySummary(fresh), keptSummary = LatencySummary(kept)
+        print("abuse.slowClients: 300 slow clients; /healthz on a new TLS connection: \(freshSummary); on a kept-alive one: \(keptSummary)")
+        #expect(freshSummary.median < 0.25 && freshSummary.max < 2, "\(freshSummary)")
+        #expect(keptSummary.median < 0.1 && keptSummary.max < 1, "\(keptSummary)")
+        // The server closes them at the connection timeout, not never.
+        let waitStarted = clock.now
+        var closed = 0
+        // The ones that finished TLS and stopped mid-headers; those stuck inside the TLS handshake are
+        // the known issue of silentConnectionsExpire below.
+        for box in boxes.enumerated().filter({ $0.offset % 2 == 0 }).prefix(20).map(\.element) {
+            if box.connection?.readSome() == nil { closed += 1 }
+        }
+        let waited = clock.now - waitStarted
+        #expect(closed == 20)
+        #expect(waited < .seconds(timeoutSeconds + 6), "\(waited)")
+        print("abuse.slowClients: 20 slow clients (TLS done, headers unfinished) were closed by the server within \(waited) of the check")
+    }
+
+    @Test("silent connections that never finish the TLS handshake cannot hold the per-IP slots past the connection timeout")
+    func silentConnectionsExpire() throws {
+        let fixture = try ServerFixture(limits: ServerLimits(maxConnectionsPerIP: 8, connectionTimeoutSeconds: 2))
+        // Eight sockets from 127.0.0.1 that connect and send nothing take every slot of this address.
+        let silent = try (0..<8).map { _ in try TestConnection(port: fixture.port, tls: false, timeout: 6) }
+        usleep(300_000)
+        #expect(throws: (any Error).self) { try TestConnection(port: fixture.port, timeout: 2).request("GET", "/healthz") }
+        let clock = ContinuousClock()
+        let started = clock.now
+        // KNOWN ISSUE (RELIABILITY.md, "Open"): libmicrohttpd 0.9.75 never times out, nor frees, a
+        // connection still in the TLS handshake, so these slots stay taken until the server stops.
+        // When this is fixed, withKnownIssue reports it: turn these into plain expectations then.
+        withKnownIssue("libmicrohttpd 0.9.75 never times out a connection inside the TLS handshake") {
+            #expect(silent[0].readSome() == nil && clock.now - started < .seconds(4), "still open after \(clock.now - started)")
+            var status: Int?
+            let deadline = clock.now + .seconds(1)
+            while status == nil && clock.now < deadline {
+                status = try? fixture.connect().request("GET", "/healthz").status
+                if status == nil { usleep(100_000) }
+            }
+            #expect(status == 200, "local clients still locked out \(clock.now - started) after the silent ones connected")
+        }
+    }
+
+    @Test("garbage, oversized and over-count ingest bodies are refused with JSON errors; nothing partial is accepted; memory stays bounded")
+    func garbageBodies() throws {
+        let stack = try DashboardFixture(limits: ServerLimits(maxBodyBytes: 1 << 20, connectionTimeoutSeconds: 30))
+        let auth = [("Authorization", "Bearer \(stack.token)")]
+        let c = try stack.fixture.connect()
+        // Warm up, then measure.
+        #expect(try c.request("POST", "/api/ingest", headers: auth, body: Array(envelopeLine(0).utf8)).status == 202)
+        let rssBefore = residentBytes()
+        var rng = SystemRandomNumberGenerator()
+        var statuses: [Int: Int] = [:]
+        for i in 0..<300 {
+            let size = [1, 100, 10_000, 200_000][i % 4]
+            var body = (0..<size).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            if i % 3 == 0 { body = Array("[".utf8) + Array(repeating: UInt8(ascii: "["), count: size) }  // deep nesting
+            if i % 5 == 0 { body = Array((envelopeLine(i) + "\n" + envelopeLine(i) + "\n{\"ts\": NaN}\n").utf8) }  // bad last line
+            let reply = try c.request("POST", "/api/ingest", headers: auth + [("Content-Type", "application/json")], body: body)
+            statuses[reply.status, default: 0] += 1
+            #expect(reply.header("content-type") == "application/json", "\(reply.status)")
+            #expect(reply.text.contains("\"error\""), "\(reply.text.prefix(100))")
+        }
+        #expect(statuses == [400: 300], "\(statuses)")
+        // Oversized: a 1 MiB + 1 body, a declared 100 MB body (refused before it is sent), too many events.
+        let big = try stack.fixture.connect().request("POST", "/api/ingest", headers: auth, body: [UInt8](repeating: 0x20, count: (1 << 20) + 1))
+        #expect(big.status == 413)
+        let declared = try stack.fixture.connect()
+        try declared.send("POST /api/ingest HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(stack.token)\r\nContent-Length: 100000000\r\n\r\n")
+        let started = ContinuousClock.now
+        #expect(try declared.readResponse().status == 413)
+        #expect(ContinuousClock.now - started < .seconds(2))
+        let many = "[" + (0...DashboardFixture.maxIngestEvents).map(envelopeLine).joined(separator: ",") + "]"
+        let tooMany = try stack.fixture.connect().request("POST", "/api/ingest", headers: auth, body: Array(many.utf8))
+        #expect(tooMany.status == 413, "\(tooMany.status) \(tooMany.text.prefix(100))")
+        #expect(stack.pipeline.waitUntilDrained(timeout: 5))
+        #expect(stack.memory.events(limit: 100).count == 1, "only the warm-up event")
+        let rssAfter = residentBytes()
+        print("abuse.garbageBodies: 300 garbage bodies (up to 200 kB) + oversized ones: RSS before \(rssBefore >> 20) MiB, after \(rssAfter >> 20) MiB")
+        #expect(rssAfter - rssBefore < 256 << 20, "RSS grew by \((rssAfter - rssBefore) >> 20) MiB")
+        #expect(try c.request("GET", "/healthz").status == 200)
+    }
+
+    @Test("ingest beyond the rate limit gets 429 with Retry-After; other routes and later ingest still work")
+    func ingestRateLimit() throws {
+        let stack = try DashboardFixture(limits: ServerLimits(connectionTimeoutSeconds: 30),
+                                         limiter: RateLimiter(ratePerSecond: 1, burst: 5))
+        let auth = [("Authorization", "Bearer \(stack.token)")]
+        let c = try stack.fixture.connect()
+        var statuses: [Int] = []
+        var retryAfter: String?
+        for i in 0..<12 {
+            let reply = try c.request("POST", "/api/ingest", headers: auth, body: Array(envelopeLine(i).utf8))
+            statuses.append(reply.status)
+            if reply.status == 429 {
+                retryAfter = reply.header("retry-after")
+                #expect(reply.text.contains("too many requests"))
+            }
+        }
+        #expect(statuses.prefix(5).allSatisfy { $0 == 202 }, "\(statuses)")
+        #expect(statuses.dropFirst(6).allSatisfy { $0 == 429 }, "\(statuses)")
+        let seconds = try #require(retryAfter.flatMap { Int($0) })
+        #expect((1...2).contains(seconds))
+        #expect(try c.request("GET", "/healthz").status == 200)
+        #expect(try c.request("GET", "/api/events").status == 200)
+        // After the wait it names, ingest works again.
+        sleep(UInt32(seconds))
+        #expect(try c.request("POST", "/api/ingest", headers: auth, body: Array(envelopeLine(99).utf8)).status == 202)
+    }
+}
