@@ -53,12 +53,12 @@ let package = Package(
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
 
         // Helpers shared by several test targets (a loopback HTTP server).
-        .target(name: "TestSupport", path: "Tests/Support"),
+        .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),
         .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON"]),
         .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
-        .testTarget(name: "FlowScopeServerTests", dependencies: ["FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
+        .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
         .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON", "TestSupport"]),
     ],

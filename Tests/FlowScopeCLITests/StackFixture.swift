@@ -1,3 +1,4 @@
+import TestSupport
 import FlowEvents
 import FlowJSON
 import Foundation

@@ -1,35 +1,33 @@
 import COpenSSL
 import Foundation
 
-// Copied from Tests/FlowScopeServerTests/TestClient.swift (test targets cannot share code).
-
 /// A failure of the test client: connect, handshake, read or parse.
-struct ClientError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct ClientError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// A parsed HTTP/1.1 response.
-struct HTTPReply {
-    var status: Int
-    var headers: [String: String]
-    var body: [UInt8]
-    var text: String { String(decoding: body, as: UTF8.self) }
-    func header(_ name: String) -> String? { headers[name.lowercased()] }
+public struct HTTPReply {
+    public var status: Int
+    public var headers: [String: String]
+    public var body: [UInt8]
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
 }
 
 /// One client connection over real TCP to 127.0.0.1, TLS via OpenSSL's SSL_* API (or plain).
 /// Blocking I/O with a receive timeout, so a hung server fails the test instead of hanging it.
 /// @unchecked Sendable: it wraps OpenSSL's SSL pointers; every test uses a connection from one thread at a time.
-final class TestConnection: @unchecked Sendable {
+public final class TestConnection: @unchecked Sendable {
     private let fd: Int32
     private var ctx: OpaquePointer?
     private var ssl: OpaquePointer?
     private var buffer: [UInt8] = []
-    private(set) var closedByPeer = false
+    public private(set) var closedByPeer = false
 
     /// Connects; `maxTLSVersion` caps the protocol (e.g. TLS1_1_VERSION); `tls: false` speaks plain TCP.
-    init(host: String = "127.0.0.1", port: Int, tls: Bool = true, maxTLSVersion: Int? = nil,
+    public init(host: String = "127.0.0.1", port: Int, tls: Bool = true, maxTLSVersion: Int? = nil,
          timeout: Double = 5) throws {
         let v6 = host.contains(":")
         fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -85,16 +83,16 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Closes the socket in both directions (the server sees the client leave).
-    func shutdownSocket() { shutdown(fd, Int32(SHUT_RDWR)) }
+    public func shutdownSocket() { shutdown(fd, Int32(SHUT_RDWR)) }
 
     /// The negotiated cipher suite (OpenSSL name).
-    var cipherName: String? { ssl.flatMap { SSL_get_current_cipher($0) }.flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } }
+    public var cipherName: String? { ssl.flatMap { SSL_get_current_cipher($0) }.flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } }
 
     /// The negotiated protocol, e.g. `TLSv1.3`.
-    var tlsVersion: String? { ssl.flatMap { SSL_get_version($0) }.map { String(cString: $0) } }
+    public var tlsVersion: String? { ssl.flatMap { SSL_get_version($0) }.map { String(cString: $0) } }
 
     /// SHA-256 of the server certificate, `AB:CD:...`.
-    var peerFingerprint: String? {
+    public var peerFingerprint: String? {
         guard let ssl, let cert = SSL_get1_peer_certificate(ssl) else { return nil }
         defer { X509_free(cert) }
         var digest = [UInt8](repeating: 0, count: 64)
@@ -103,9 +101,9 @@ final class TestConnection: @unchecked Sendable {
         return digest.prefix(Int(length)).map { String(format: "%02X", $0) }.joined(separator: ":")
     }
 
-    func send(_ text: String) throws { try send(Array(text.utf8)) }
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
-    func send(_ bytes: [UInt8]) throws {
+    public func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
             let n: Int = bytes.withUnsafeBytes { raw in
@@ -118,7 +116,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Reads what is available (blocking up to the timeout); nil at end of stream or on error/timeout.
-    func readSome() -> [UInt8]? {
+    public func readSome() -> [UInt8]? {
         var chunk = [UInt8](repeating: 0, count: 16_384)
         let n: Int = chunk.withUnsafeMutableBytes { raw in
             if let ssl { Int(SSL_read(ssl, raw.baseAddress, Int32(raw.count))) }
@@ -132,7 +130,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Sends one request and reads one response.
-    func request(_ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8] = []) throws -> HTTPReply {
+    public func request(_ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8] = []) throws -> HTTPReply {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: localhost\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
@@ -148,7 +146,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Reads one response (Content-Length, chunked, or until close).
-    func readResponse(method: String = "GET") throws -> HTTPReply {
+    public func readResponse(method: String = "GET") throws -> HTTPReply {
         let headEnd = try fill(until: { Self.find([13, 10, 13, 10], in: $0) })
         let head = String(decoding: buffer[..<headEnd], as: UTF8.self)
         buffer.removeFirst(headEnd + 4)
@@ -192,7 +190,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Reads the decoded body of a chunked (SSE) response until `done` holds for the text so far.
-    func readStream(startingWith initial: [UInt8] = [], until done: (String) -> Bool) -> (text: String, ended: Bool) {
+    public func readStream(startingWith initial: [UInt8] = [], until done: (String) -> Bool) -> (text: String, ended: Bool) {
         var decoder = ChunkDecoder()
         var text = String(decoding: decoder.feed(buffer + initial), as: UTF8.self)
         buffer = []
@@ -205,7 +203,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Reads a response's head only (status and headers), leaving the body for `readStream`.
-    func readHead() throws -> HTTPReply {
+    public func readHead() throws -> HTTPReply {
         let headEnd = try fill(until: { Self.find([13, 10, 13, 10], in: $0) })
         let head = String(decoding: buffer[..<headEnd], as: UTF8.self)
         buffer.removeFirst(headEnd + 4)
@@ -227,7 +225,7 @@ final class TestConnection: @unchecked Sendable {
         }
     }
 
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+    public static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
         guard haystack.count >= needle.count else { return nil }
         for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] {
             if Array(haystack[i..<(i + needle.count)]) == needle { return i }
@@ -235,7 +233,7 @@ final class TestConnection: @unchecked Sendable {
         return nil
     }
 
-    static func openSSLErrors() -> String {
+    public static func openSSLErrors() -> String {
         var parts: [String] = []
         while case let code = ERR_get_error(), code != 0 {
             var text = [CChar](repeating: 0, count: 256)
@@ -247,12 +245,12 @@ final class TestConnection: @unchecked Sendable {
 }
 
 /// Incremental decoder of HTTP/1.1 chunked transfer encoding.
-struct ChunkDecoder {
+public struct ChunkDecoder {
     private var raw: [UInt8] = []
     private var remaining: Int? = nil  // bytes left in the current chunk (+2 for its CRLF)
-    private(set) var finished = false
+    public private(set) var finished = false
 
-    mutating func feed(_ bytes: [UInt8]) -> [UInt8] {
+    public mutating func feed(_ bytes: [UInt8]) -> [UInt8] {
         raw += bytes
         var out: [UInt8] = []
         while !finished {
@@ -277,5 +275,6 @@ struct ChunkDecoder {
         }
         return out
     }
-}
 
+    public init() {}
+}
