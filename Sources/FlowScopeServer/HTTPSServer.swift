@@ -95,13 +95,15 @@ public final class HTTPSServer: Sendable {
         case .stopped: return
         case .running(let handle):
             context.stopping.store(true, ordering: .releasing)
+            // The listen socket must stay open until MHD_stop_daemon has returned: worker threads may
+            // still remove it from their epoll sets, and MHD aborts the process if that fails.
             let listenFD = MHD_quiesce_daemon(handle.daemon)
-            if listenFD >= 0 { close(listenFD) }
             context.closeStreams()
             let clock = ContinuousClock()
             let deadline = clock.now + .seconds(2)
             while context.streamCount > 0 && clock.now < deadline { usleep(2_000) }
             handle.stop()
+            if listenFD >= 0 { close(listenFD) }
         }
     }
 
