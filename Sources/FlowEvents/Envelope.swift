@@ -27,7 +27,7 @@ public struct Envelope: Sendable {
     /// Stamps an engine event.
     public init(_ event: EngineEvent, seq: UInt64, ts: Double, run: String) {
         self.init(seq: seq, ts: ts, t: event.t, run: run, trace: event.trace, span: event.span,
-                  name: event.name, placement: event.placement, attrs: event.attrs)
+                  name: event.name, placement: event.placement, attrs: event.attrs.dictionary)
     }
 
     /// The envelope as one line of compact JSON (no trailing newline), fields in the spec's order.

@@ -47,6 +47,8 @@ public final class FlowEngine: CacheView {
     public let layouts: LayoutStore
     private unowned let host: EngineHost
     private let events: EngineEventSink?
+    /// Whether a sink listens (checked on hot paths instead of copying the optional sink).
+    private let reportsEvents: Bool
     private var newTrace: () -> TraceID
 
     private enum Machine: Sendable {
@@ -68,9 +70,8 @@ public final class FlowEngine: CacheView {
         var parent: (call: CallID, tag: Int)?
         /// Whether the host hears of its end (false for background work and sub-calls).
         let reported: Bool
-        var requests: [Int: RequestID] = [:]
-        var timers: [Int: TimerID] = [:]
-        var children: [Int: CallID] = [:]
+        /// The requests, timers and sub-calls it owns, by the machine's tags.
+        var owned = Owned()
     }
     private var calls: [CallID: Call] = [:]
     private var requestOwners: [RequestID: (call: CallID, tag: Int)] = [:]
@@ -88,6 +89,7 @@ public final class FlowEngine: CacheView {
         self.layouts = layouts
         self.host = host
         self.events = events
+        self.reportsEvents = events != nil
         self.newTrace = traceIDs
     }
 
@@ -98,7 +100,7 @@ public final class FlowEngine: CacheView {
                         loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
         var m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
                                    profileId: profile.id, fallback: configuration.fallback)
-        m.reportsEvents = events != nil
+        m.reportsEvents = reportsEvents
         return begin(.get(m), now: now)
     }
 
@@ -107,27 +109,30 @@ public final class FlowEngine: CacheView {
                                           now: Double) throws(FlowError) -> CallID {
         var m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
                                    policy: policy, profileId: profile.id, fallback: configuration.fallback)
-        m.reportsEvents = events != nil
+        m.reportsEvents = reportsEvents
         return begin(.get(m), now: now)
     }
 
     /// Starts preloadFlows.
     public func preloadFlows(placements: [String], loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
-        let m = try PreloadMachine(call: .targeted(loadTimeout: loadTimeout), placements: placements, profileId: profile.id)
+        var m = try PreloadMachine(call: .targeted(loadTimeout: loadTimeout), placements: placements, profileId: profile.id)
+        m.reportsEvents = reportsEvents
         return begin(.preload(m), now: now)
     }
 
     /// Starts preloadFlowsForDefaultAudience.
     public func preloadFlowsForDefaultAudience(placements: [String], now: Double) throws(FlowError) -> CallID {
-        let m = try PreloadMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+        var m = try PreloadMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
                                    placements: placements, profileId: profile.id)
+        m.reportsEvents = reportsEvents
         return begin(.preload(m), now: now)
     }
 
     /// Starts getFlowOrDefault (the attribution race).
     public func getFlowOrDefault(placement: String, timeout: Double, now: Double) throws(FlowError) -> CallID {
-        let m = try OrDefaultMachine(placement: placement, timeout: timeout,
+        var m = try OrDefaultMachine(placement: placement, timeout: timeout,
                                      attributed: profile.appliedAttributionSources.contains("appleAds"))
+        m.reportsEvents = reportsEvents
         return begin(.orDefault(m), now: now)
     }
 
@@ -151,7 +156,7 @@ public final class FlowEngine: CacheView {
     /// A request has finished.
     public func response(_ request: RequestID, _ completion: RequestCompletion, now: Double) {
         guard let owner = requestOwners.removeValue(forKey: request) else { return }
-        calls[owner.call]?.requests[owner.tag] = nil
+        _ = calls[owner.call]?.owned.remove(.request, tag: owner.tag)
         drive(owner.call, now: now) { machine, cache, actions in
             switch machine {
             case .get(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .get(m)
@@ -167,7 +172,7 @@ public final class FlowEngine: CacheView {
     /// A timer has fired.
     public func timerFired(_ timer: TimerID, now: Double) {
         guard let owner = timerOwners.removeValue(forKey: timer) else { return }
-        calls[owner.call]?.timers[owner.tag] = nil
+        _ = calls[owner.call]?.owned.remove(.timer, tag: owner.tag)
         drive(owner.call, now: now) { machine, cache, actions in
             switch machine {
             case .get(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .get(m)
@@ -257,20 +262,56 @@ public final class FlowEngine: CacheView {
         nextID += 1
         let trace = inherited ?? newTrace()
         if inherited == nil { lastTrace = trace }
-        calls[id] = Call(machine: machine, info: CallInfo(trace: trace, spanBase: spanBase, origin: origin ?? id), parent: parent,
-                         reported: reported)
+        let info = CallInfo(trace: trace, spanBase: spanBase, origin: origin ?? id)
         first?(self, trace)
-        drive(id, now: now) { machine, cache, actions in
-            switch machine {
-            case .get(var m): m.start(now: now, cache: cache, actions: &actions); machine = .get(m)
-            case .preload(var m): m.start(now: now, cache: cache, actions: &actions); machine = .preload(m)
-            case .orDefault(var m): m.start(now: now, cache: cache, actions: &actions); machine = .orDefault(m)
-            case .layout(var m): m.start(now: now, cache: cache, actions: &actions); machine = .layout(m)
-            case .prefetch(var m): m.start(now: now, cache: cache, actions: &actions); machine = .prefetch(m)
-            case .profile(var m): m.start(now: now, cache: cache, actions: &actions); machine = .profile(m)
+        var machine = machine
+        var actions = takeActionBuffer()
+        switch machine {
+        case .get(var m): m.start(now: now, cache: self, actions: &actions); machine = .get(m)
+        case .preload(var m): m.start(now: now, cache: self, actions: &actions); machine = .preload(m)
+        case .orDefault(var m): m.start(now: now, cache: self, actions: &actions); machine = .orDefault(m)
+        case .layout(var m): m.start(now: now, cache: self, actions: &actions); machine = .layout(m)
+        case .prefetch(var m): m.start(now: now, cache: self, actions: &actions); machine = .prefetch(m)
+        case .profile(var m): m.start(now: now, cache: self, actions: &actions); machine = .profile(m)
+        }
+        if actions.allSatisfy(\.endsWithinStart) {
+            // A call that ends during its start (a cache hit) never enters the call table.
+            performWithinStart(actions, id, info, parent: parent, reported: reported, now: now)
+        } else {
+            calls[id] = Call(machine: machine, info: info, parent: parent, reported: reported)
+            perform(actions, for: id, now: now)
+        }
+        giveBack(&actions)
+        return id
+    }
+
+    /// Carries out the actions of a call that ends in its start: events, cache writes, its end.
+    private func performWithinStart(_ actions: [MachineAction], _ id: CallID, _ call: CallInfo,
+                                    parent: (call: CallID, tag: Int)?, reported: Bool, now: Double) {
+        for action in actions {
+            switch action {
+            case .emit(let name, let placement, let span, let attrs): emit(name, placement: placement, span: span, attrs, call, now)
+            case .storeFlow(let placement, let entry, let keepTargeted): store(placement, entry, keepTargeted: keepTargeted, call, now)
+            case .storeLayout(let layout): store(layout, call, now)
+            case .finish(let outcome): return conclude(id, parent: parent, reported: reported, outcome, now: now)
+            default: assertionFailure("\(action) does not end within a start")
             }
         }
-        return id
+    }
+
+    /// Action buffers to reuse: a cache hit then allocates none.
+    private var spareActions: [[MachineAction]] = []
+
+    private func takeActionBuffer() -> [MachineAction] {
+        if let spare = spareActions.popLast() { return spare }
+        var fresh: [MachineAction] = []
+        fresh.reserveCapacity(8)
+        return fresh
+    }
+
+    private func giveBack(_ actions: inout [MachineAction]) {
+        actions.removeAll(keepingCapacity: true)
+        if spareActions.count < 8 { spareActions.append(actions) }
     }
 
     private func abort(_ id: CallID, _ error: FlowError, now: Double) {
@@ -290,10 +331,10 @@ public final class FlowEngine: CacheView {
     /// out the actions it returned.
     private func drive(_ id: CallID, now: Double, _ body: (inout Machine, FlowEngine, inout [MachineAction]) -> Void) {
         guard let index = calls.index(forKey: id) else { return }
-        var actions: [MachineAction] = []
-        actions.reserveCapacity(8)
+        var actions = takeActionBuffer()
         body(&calls.values[index].machine, self, &actions)
         perform(actions, for: id, now: now)
+        giveBack(&actions)
     }
 
     private func perform(_ actions: [MachineAction], for id: CallID, now: Double) {
@@ -306,10 +347,11 @@ public final class FlowEngine: CacheView {
                 let rid = RequestID(raw: nextID)
                 nextID += 1
                 requestOwners[rid] = (id, tag)
-                calls[id]?.requests[tag] = rid
+                calls[id]?.owned.add(.request, tag: tag, rid.raw)
                 host.send(rid, spec, origin: call.origin)
             case .cancel(let tag):
-                if let rid = calls[id]?.requests.removeValue(forKey: tag) {
+                if let raw = calls[id]?.owned.remove(.request, tag: tag) {
+                    let rid = RequestID(raw: raw)
                     requestOwners[rid] = nil
                     host.cancel(rid)
                 }
@@ -317,31 +359,18 @@ public final class FlowEngine: CacheView {
                 let tid = TimerID(raw: nextID)
                 nextID += 1
                 timerOwners[tid] = (id, tag)
-                calls[id]?.timers[tag] = tid
+                calls[id]?.owned.add(.timer, tag: tag, tid.raw)
                 host.schedule(tid, at: at)
             case .clearTimer(let tag):
-                if let tid = calls[id]?.timers.removeValue(forKey: tag) {
+                if let raw = calls[id]?.owned.remove(.timer, tag: tag) {
+                    let tid = TimerID(raw: raw)
                     timerOwners[tid] = nil
                     host.unschedule(tid)
                 }
             case .storeFlow(let placement, let entry, let keepTargeted):
-                let key = CacheKey(profileId: profile.id, placementId: placement)
-                let result = flowCache.write(key, entry, keepTargeted: keepTargeted, measure: events != nil)
-                if let corrupt = result.corrupt {
-                    emit(.cacheCorrupt, placement: placement, span: 0, ["key": .string(corrupt.key), "reason": .string(corrupt.reason)], call, now)
-                }
-                if result.stored {
-                    emit(.cacheStored, placement: placement, span: 0, ["audience": .string(entry.audienceKind),
-                                                                      "bytes": .number(Double(result.bytes))], call, now)
-                }
-                for e in result.evicted {
-                    emit(.cacheEvicted, placement: e.key.placementId, span: 0,
-                         ["key": .string(e.key.description), "bytes": .number(Double(e.bytes))], call, now)
-                }
+                store(placement, entry, keepTargeted: keepTargeted, call, now)
             case .storeLayout(let layout):
-                layouts.write(layout)
-                emit(.layoutStored, placement: nil, span: 0,
-                     ["layoutId": .string(layout.id), "version": .number(Double(layout.version))], call, now)
+                store(layout, call, now)
             case .emit(let name, let placement, let span, let attrs):
                 emit(name, placement: placement, span: span, attrs, call, now)
             case .startChild(let tag, let child):
@@ -358,18 +387,19 @@ public final class FlowEngine: CacheView {
                                                profileId: profile.id, fallback: configuration.fallback,
                                                reportsCall: false)
                     }
-                    m.reportsEvents = events != nil
+                    m.reportsEvents = reportsEvents
                     machine = .get(m)
                 } catch {
                     deliverChild(id, tag: tag, .failed(error), now: now)
                     continue
                 }
                 let childID = CallID(raw: nextID)
-                calls[id]?.children[tag] = childID
+                calls[id]?.owned.add(.child, tag: tag, childID.raw)
                 _ = begin(machine, now: now, reported: false, parent: (id, tag), trace: call.trace,
                           spanBase: call.spanBase + UInt64(tag + 1) * 1000, origin: call.origin)
             case .cancelChild(let tag):
-                if let childID = calls[id]?.children.removeValue(forKey: tag) {
+                if let raw = calls[id]?.owned.remove(.child, tag: tag) {
+                    let childID = CallID(raw: raw)
                     calls[childID]?.parent = nil
                     abort(childID, FlowError(.operationInterrupted, "superseded"), now: now)
                 }
@@ -390,15 +420,47 @@ public final class FlowEngine: CacheView {
         }
     }
 
+    private func store(_ placement: String, _ entry: CachedFlow, keepTargeted: Bool, _ call: CallInfo, _ now: Double) {
+        let key = CacheKey(profileId: profile.id, placementId: placement)
+        let result = flowCache.write(key, entry, keepTargeted: keepTargeted, measure: reportsEvents)
+        if let corrupt = result.corrupt {
+            emit(.cacheCorrupt, placement: placement, span: 0, ["key": .string(corrupt.key), "reason": .string(corrupt.reason)], call, now)
+        }
+        if result.stored {
+            emit(.cacheStored, placement: placement, span: 0, ["audience": .string(entry.audienceKind),
+                                                              "bytes": .number(Double(result.bytes))], call, now)
+        }
+        for e in result.evicted {
+            emit(.cacheEvicted, placement: e.key.placementId, span: 0,
+                 ["key": .string(e.key.description), "bytes": .number(Double(e.bytes))], call, now)
+        }
+    }
+
+    private func store(_ layout: Layout, _ call: CallInfo, _ now: Double) {
+        layouts.write(layout)
+        emit(.layoutStored, placement: nil, span: 0,
+             ["layoutId": .string(layout.id), "version": .number(Double(layout.version))], call, now)
+    }
+
     private func finish(_ id: CallID, _ outcome: CallOutcome, now: Double) {
         guard let call = calls.removeValue(forKey: id) else { return }
-        for rid in call.requests.values { requestOwners[rid] = nil; host.cancel(rid) }
-        for tid in call.timers.values { timerOwners[tid] = nil; host.unschedule(tid) }
+        for entry in call.owned.entries {
+            switch entry.kind {
+            case .request: requestOwners[RequestID(raw: entry.raw)] = nil; host.cancel(RequestID(raw: entry.raw))
+            case .timer: timerOwners[TimerID(raw: entry.raw)] = nil; host.unschedule(TimerID(raw: entry.raw))
+            case .child: break
+            }
+        }
         attributionWatchers.remove(id)
-        if let parent = call.parent {
-            calls[parent.call]?.children[parent.tag] = nil
+        conclude(id, parent: call.parent, reported: call.reported, outcome, now: now)
+    }
+
+    /// Hands an ended call's outcome to its parent, or to the host when the host started it.
+    private func conclude(_ id: CallID, parent: (call: CallID, tag: Int)?, reported: Bool, _ outcome: CallOutcome, now: Double) {
+        if let parent {
+            _ = calls[parent.call]?.owned.remove(.child, tag: parent.tag)
             deliverChild(parent.call, tag: parent.tag, outcome, now: now)
-        } else if call.reported {
+        } else if reported {
             host.finished(id, outcome, now: now)
         }
     }
@@ -412,11 +474,34 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: @autoclosure () -> [String: JSONValue],
+    private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: @autoclosure () -> EventAttributes,
                       _ call: CallInfo, _ now: Double) {
-        guard let events else { return }
+        guard reportsEvents, let events else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
         events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
+    }
+}
+
+/// What a running call owns, by the machine's tags. A call owns a few requests, a timer, at most two
+/// sub-calls: a short list costs one allocation where three dictionaries cost three.
+private struct Owned {
+    enum Kind { case request, timer, child }
+    private(set) var entries: [(kind: Kind, tag: Int, raw: Int)] = []
+
+    /// Records the id of `kind` with `tag`, replacing an earlier one with the same tag.
+    mutating func add(_ kind: Kind, tag: Int, _ raw: Int) {
+        if let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) {
+            entries[i].raw = raw
+        } else {
+            if entries.isEmpty { entries.reserveCapacity(4) }
+            entries.append((kind, tag, raw))
+        }
+    }
+
+    /// Removes the entry of `kind` with `tag`; returns its id.
+    mutating func remove(_ kind: Kind, tag: Int) -> Int? {
+        guard let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) else { return nil }
+        return entries.remove(at: i).raw
     }
 }
 
@@ -440,7 +525,7 @@ public struct ProfileMachine: FetchMachine {
                                   actions: inout [MachineAction]) {
         guard !done else { return }
         actions.append(.clearTimer(tag: 1))
-        var attrs: [String: JSONValue] = ["kind": "profile", "duration": seconds(now - startedAt), "bytes": .number(Double(completion.bytes))]
+        var attrs: EventAttributes = ["kind": "profile", "duration": seconds(now - startedAt), "bytes": .number(Double(completion.bytes))]
         var applied: [String] = []
         switch completion.result {
         case .success(.profile(let p)) where p.id == profileId:

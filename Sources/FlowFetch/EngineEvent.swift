@@ -93,9 +93,9 @@ public struct EngineEvent: Sendable {
     /// The request or stage this belongs to (the call's root span for call-level events).
     public var span: SpanID
     /// The event's attributes (events-and-metrics.md lists them per name).
-    public var attrs: [String: JSONValue]
+    public var attrs: EventAttributes
 
-    public init(name: EventName, t: Double, placement: String?, trace: TraceID, span: SpanID, attrs: [String: JSONValue] = [:]) {
+    public init(name: EventName, t: Double, placement: String?, trace: TraceID, span: SpanID, attrs: EventAttributes = [:]) {
         self.name = name; self.t = t; self.placement = placement; self.trace = trace; self.span = span; self.attrs = attrs
     }
 }

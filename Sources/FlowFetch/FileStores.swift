@@ -113,6 +113,11 @@ public final class FileFlowStore: FlowDiskStore {
     private var lru: LRUIndex<FileKey>
     /// Cache keys of files, learned at start (from the entry's body) and from calls.
     private var names: [FileKey: CacheKey] = [:]
+    /// File keys already computed (two SHA-256 digests each), bounded.
+    private var fileKeys: [CacheKey: FileKey] = [:]
+    /// The entry whose file was given the newest modification time by this store: touching it again
+    /// changes no order on disk, so it costs no system call.
+    private var newestOnDisk: FileKey?
 
     private struct FileKey: Hashable, Sendable { var profile: String; var placement: String }
 
@@ -154,9 +159,21 @@ public final class FileFlowStore: FlowDiskStore {
             return nil
         }
         names[fk] = key
-        lru.touch(fk)
-        AtomicFile.touch(path(fk))
+        touch(fk)
         return bytes
+    }
+
+    public func touch(_ key: CacheKey) {
+        let fk = fileKey(key)
+        if lru.contains(fk) { touch(fk) }
+    }
+
+    /// Marks an indexed entry most recently used, here and (through its modification time) on disk.
+    private func touch(_ fk: FileKey) {
+        lru.touch(fk)
+        guard newestOnDisk != fk else { return }
+        AtomicFile.touch(path(fk))
+        newestOnDisk = fk
     }
 
     public func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] {
@@ -169,6 +186,7 @@ public final class FileFlowStore: FlowDiskStore {
             lru.remove(fk)
             return []
         }
+        newestOnDisk = fk
         names[fk] = key
         return lru.record(fk, bytes: bytes.count).map { victim in
             deleteFile(victim.key)
@@ -198,7 +216,11 @@ public final class FileFlowStore: FlowDiskStore {
     }
 
     private func fileKey(_ key: CacheKey) -> FileKey {
-        FileKey(profile: Self.digest(key.profileId), placement: Self.digest(key.placementId))
+        if let known = fileKeys[key] { return known }
+        let fk = FileKey(profile: Self.digest(key.profileId), placement: Self.digest(key.placementId))
+        if fileKeys.count >= 4096 { fileKeys.removeAll(keepingCapacity: true) }
+        fileKeys[key] = fk
+        return fk
     }
 
     private func path(_ fk: FileKey) -> String { "\(directory)/\(fk.profile)/\(fk.placement).entry" }

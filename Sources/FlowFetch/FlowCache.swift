@@ -21,6 +21,8 @@ public struct Eviction: Sendable, Hashable {
 public protocol FlowDiskStore: AnyObject {
     /// The stored bytes for `key` (marking it recently used), or nil.
     func load(_ key: CacheKey) -> [UInt8]?
+    /// Marks `key` recently used without reading it (the memory layer answered a read).
+    func touch(_ key: CacheKey)
     /// Stores bytes atomically; returns the entries evicted to stay under the cap.
     func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction]
     func remove(_ key: CacheKey)
@@ -34,6 +36,9 @@ public protocol FlowDiskStore: AnyObject {
 }
 
 extension FlowDiskStore {
+    /// Marks `key` recently used by loading it; stores with a cheaper way implement `touch` themselves.
+    public func touch(_ key: CacheKey) { _ = load(key) }
+
     /// Encodes the entry and stores its bytes with `save(_:_:)`.
     public func save(_ key: CacheKey, entry: CachedFlow, encoded: () -> [UInt8]) -> [Eviction] {
         save(key, encoded())
@@ -44,29 +49,27 @@ extension FlowDiskStore {
 public struct LRUIndex<Key: Hashable & Sendable>: Sendable {
     public let maxBytes: Int
     public private(set) var totalBytes = 0
-    private var sizes: [Key: Int] = [:]
-    private var lastUse: [Key: UInt64] = [:]
+    private struct Slot: Sendable { var size: Int; var lastUse: UInt64 }
+    private var slots: [Key: Slot] = [:]
     private var clock: UInt64 = 0
 
     public init(maxBytes: Int) { self.maxBytes = maxBytes }
 
-    public var count: Int { sizes.count }
-    public func contains(_ key: Key) -> Bool { sizes[key] != nil }
+    public var count: Int { slots.count }
+    public func contains(_ key: Key) -> Bool { slots[key] != nil }
 
-    /// Marks `key` as just used.
+    /// Marks `key` most recently used (no effect for a key not indexed).
     public mutating func touch(_ key: Key) {
-        guard sizes[key] != nil else { return }
         clock += 1
-        lastUse[key] = clock
+        slots[key]?.lastUse = clock
     }
 
-    /// Records `key` with `bytes` (replacing its old size) and returns the keys to evict, least recently
-    /// used first, so the total fits the cap. The key just recorded is evicted last, and only if it
-    /// alone exceeds the cap.
+    /// Records `key` at `bytes` (replacing its previous size) as most recently used, then evicts least
+    /// recently used keys until the total fits; `key` itself goes last, only if it alone is too big.
+    /// Returns the evicted keys with their sizes.
     public mutating func record(_ key: Key, bytes: Int) -> [(key: Key, bytes: Int)] {
-        totalBytes += bytes - (sizes[key] ?? 0)
-        sizes[key] = bytes
-        touch(key)
+        clock += 1
+        totalBytes += bytes - (slots.updateValue(Slot(size: bytes, lastUse: clock), forKey: key)?.size ?? 0)
         var evicted: [(key: Key, bytes: Int)] = []
         guard totalBytes > maxBytes else { return evicted }
         for victim in keysByRecency where victim != key && totalBytes > maxBytes {
@@ -76,17 +79,16 @@ public struct LRUIndex<Key: Hashable & Sendable>: Sendable {
         return evicted
     }
 
-    /// Forgets `key`; returns its size if it was known.
+    /// Forgets `key`; returns its size if it was indexed.
     @discardableResult
     public mutating func remove(_ key: Key) -> Int? {
-        guard let size = sizes.removeValue(forKey: key) else { return nil }
-        lastUse[key] = nil
-        totalBytes -= size
-        return size
+        guard let slot = slots.removeValue(forKey: key) else { return nil }
+        totalBytes -= slot.size
+        return slot.size
     }
 
-    /// Every key, least recently used first.
-    public var keysByRecency: [Key] { lastUse.sorted { $0.value < $1.value }.map(\.key) }
+    /// Indexed keys, least recently used first.
+    public var keysByRecency: [Key] { slots.sorted { $0.value.lastUse < $1.value.lastUse }.map(\.key) }
 }
 
 /// A disk layer kept in memory: survives engine restarts as long as the object lives (the scenario
@@ -102,6 +104,8 @@ public final class InMemoryDiskStore: FlowDiskStore {
         lru.touch(key)
         return entries[key]
     }
+
+    public func touch(_ key: CacheKey) { lru.touch(key) }
 
     public func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] {
         entries[key] = bytes
@@ -143,7 +147,7 @@ public final class FlowCache {
     /// Reads an entry: memory first, then disk (promoting it to memory).
     public func read(_ key: CacheKey) -> CacheRead {
         if let entry = memory[key] {
-            _ = disk.load(key)  // keep the disk layer's recency in step
+            disk.touch(key)  // keep the disk layer's recency in step
             return .hit(entry, layer: .memory)
         }
         guard let bytes = disk.load(key) else { return .miss }

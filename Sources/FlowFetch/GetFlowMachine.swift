@@ -17,8 +17,8 @@ public struct GetFlowMachine: FetchMachine {
     public let placement: String
     public let policy: FetchPolicy
     public let profileId: String
-    /// The fallback file's flow for this placement, if the app ships one.
-    public let fallbackFlow: Flow?
+    /// The app's fallback file, if it ships one (stage C's last resort).
+    public let fallback: FallbackFile?
     /// False for the sub-calls of getFlowOrDefault, which report through their parent's fetch.start/end.
     public let reportsCall: Bool
     /// The loadTimeout the caller asked for, when it was raised to the minimum (reported as param.clamped).
@@ -61,7 +61,7 @@ public struct GetFlowMachine: FetchMachine {
         self.placement = id
         self.policy = policy
         self.profileId = profileId
-        self.fallbackFlow = fallback?.flow(for: id)
+        self.fallback = fallback
         self.reportsCall = reportsCall
         self.requestedLoadTimeout = requested
     }
@@ -196,7 +196,7 @@ public struct GetFlowMachine: FetchMachine {
             emit(.fallback, ["to": "cache", "reason": .string(reason.rawValue)], &actions)
             return finishFromCache(entry, now: now, &actions)
         }
-        if let flow = fallbackFlow {
+        if let flow = fallback?.flow(for: placement) {
             emit(.fallback, ["to": "fallbackFile", "reason": .string(reason.rawValue)], &actions)
             return finish(.flow(flow), now: now, &actions)
         }
@@ -221,7 +221,7 @@ public struct GetFlowMachine: FetchMachine {
 
     private func emitRequestEnd(tag: Int, result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
         guard reportsEvents else { return }
-        var attrs: [String: JSONValue] = [
+        var attrs: EventAttributes = [
             "kind": .string(stage == .targeted ? "targeted" : "default"),
             "duration": seconds(now - requestStartedAt), "bytes": .number(Double(bytes)),
         ]
@@ -279,15 +279,17 @@ public struct GetFlowMachine: FetchMachine {
         actions.append(.finish(outcome))
     }
 
-    private func emit(_ name: EventName, _ attrs: @autoclosure () -> [String: JSONValue], _ actions: inout [MachineAction]) {
+    private func emit(_ name: EventName, _ attrs: @autoclosure () -> EventAttributes, _ actions: inout [MachineAction]) {
         guard reportsEvents else { return }
         actions.append(.emit(name, placement: placement, span: 0, attrs: attrs()))
     }
 }
 
 /// The attributes of fetch.end for a call's outcome.
-func fetchEndAttrs(call: String, _ outcome: CallOutcome, duration: Double) -> [String: JSONValue] {
-    var attrs: [String: JSONValue] = ["call": .string(call), "duration": seconds(duration)]
+func fetchEndAttrs(call: String, _ outcome: CallOutcome, duration: Double) -> EventAttributes {
+    var attrs = EventAttributes(minimumCapacity: 6)
+    attrs["call"] = .string(call)
+    attrs["duration"] = seconds(duration)
     if let flow = outcome.flow {
         attrs["source"] = .string(flow.source.rawValue)
         attrs["variation"] = .string(flow.variationId)

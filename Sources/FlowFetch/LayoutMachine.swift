@@ -37,7 +37,7 @@ public struct LayoutMachine: FetchMachine {
     }
 
     private var ref: LayoutRef { flow.layout ?? LayoutRef(id: "", version: 0) }
-    private var refAttrs: [String: JSONValue] { ["layoutId": .string(ref.id), "version": .number(Double(ref.version))] }
+    private var refAttrs: EventAttributes { ["layoutId": .string(ref.id), "version": .number(Double(ref.version))] }
 
     public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
         guard stage == .idle else { return }
@@ -110,7 +110,7 @@ public struct LayoutMachine: FetchMachine {
     }
 
     private func requestEnd(_ result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
-        var attrs: [String: JSONValue] = ["kind": "layout", "duration": seconds(now - startedAt), "bytes": .number(Double(bytes))]
+        var attrs: EventAttributes = ["kind": "layout", "duration": seconds(now - startedAt), "bytes": .number(Double(bytes))]
         switch result {
         case .success: attrs["outcome"] = "ok"; attrs["status"] = 200
         case .failure(let f):
@@ -126,7 +126,7 @@ public struct LayoutMachine: FetchMachine {
         actions.append(.finish(outcome))
     }
 
-    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
+    private func emit(_ name: EventName, _ attrs: EventAttributes, _ actions: inout [MachineAction]) {
         actions.append(.emit(name, placement: flow.placementId, span: 0, attrs: attrs))
     }
 }
@@ -166,7 +166,7 @@ public struct AssetPrefetchMachine: FetchMachine {
     public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
                                   actions: inout [MachineAction]) {
         guard pending.remove(tag) != nil else { return }
-        var attrs: [String: JSONValue] = ["kind": "asset", "duration": seconds(now - startedAt),
+        var attrs: EventAttributes = ["kind": "asset", "duration": seconds(now - startedAt),
                                           "bytes": .number(Double(completion.bytes))]
         switch completion.result {
         case .success(let body):
@@ -214,7 +214,7 @@ public struct AssetPrefetchMachine: FetchMachine {
         actions.append(.finish(.done))
     }
 
-    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
+    private func emit(_ name: EventName, _ attrs: EventAttributes, _ actions: inout [MachineAction]) {
         actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
     }
 }

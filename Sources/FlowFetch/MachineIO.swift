@@ -82,7 +82,7 @@ public enum MachineAction: Sendable {
     case storeFlow(placement: String, CachedFlow, keepTargeted: Bool)
     case storeLayout(Layout)
     /// Report an event; `span` 0 is the call's root span, n > 0 the span of request tag n - 1.
-    case emit(EventName, placement: String?, span: Int, attrs: [String: JSONValue])
+    case emit(EventName, placement: String?, span: Int, attrs: EventAttributes)
     /// Start a sub-call; its outcome comes back through `child(tag:)`.
     case startChild(tag: Int, ChildCall)
     /// Stop a sub-call; its outcome is not delivered.
@@ -121,3 +121,14 @@ extension FetchMachine {
 /// Rounds engine times for attributes (microseconds), so virtual runs print clean numbers.
 @inline(__always)
 func seconds(_ v: Double) -> JSONValue { .number((v * 1_000_000).rounded() / 1_000_000) }
+
+extension MachineAction {
+    /// Whether the action needs nothing of a running call (no request, timer, child or watcher), so
+    /// a call whose start returns only such actions ends within its start.
+    var endsWithinStart: Bool {
+        switch self {
+        case .emit, .storeFlow, .storeLayout, .finish: true
+        default: false
+        }
+    }
+}

@@ -13,6 +13,9 @@ public struct OrDefaultMachine: FetchMachine {
     public let timeout: Double
     /// Whether the profile already has `appleAds` applied when the call starts.
     public let attributed: Bool
+    /// Whether the machine returns `.emit` actions. The engine turns it off when no sink listens, so
+    /// event attributes are never built for nobody; every other action is the same either way.
+    public var reportsEvents = true
 
     private static let defaultChild = 0, targetedChild = 1, raceTimer = 2
     private enum Race: Sendable { case idle, waitingForAttribution, fetchingTargeted, awaitingDefault, done }
@@ -99,12 +102,12 @@ public struct OrDefaultMachine: FetchMachine {
 
     private mutating func deliver(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
         race = .done
-        actions.append(.emit(.fetchEnd, placement: placement, span: 0,
-                             attrs: fetchEndAttrs(call: "getFlowOrDefault", outcome, duration: now - startedAt)))
+        emit(.fetchEnd, fetchEndAttrs(call: "getFlowOrDefault", outcome, duration: now - startedAt), &actions)
         actions.append(.finish(outcome))
     }
 
-    private func emit(_ name: EventName, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
-        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
+    private func emit(_ name: EventName, _ attrs: @autoclosure () -> EventAttributes, _ actions: inout [MachineAction]) {
+        guard reportsEvents else { return }
+        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs()))
     }
 }

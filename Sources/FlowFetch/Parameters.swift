@@ -35,7 +35,12 @@ public enum Budget {
 }
 
 extension String {
+    /// The string without leading and trailing Unicode whitespace.
     func trimmingWhitespace() -> String {
+        // Most ids begin and end with a visible ASCII character: nothing to trim, no Unicode tables.
+        if let first = utf8.first, let last = utf8.last, (0x21...0x7E).contains(first), (0x21...0x7E).contains(last) {
+            return self
+        }
         let scalars = unicodeScalars
         guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
               let last = scalars.lastIndex(where: { !$0.properties.isWhitespace }) else { return "" }

@@ -17,6 +17,9 @@ public struct PreloadMachine: FetchMachine {
     public let placements: [String]
     public let profileId: String
     public let requestedLoadTimeout: Double?
+    /// Whether the machine returns `.emit` actions. The engine turns it off when no sink listens, so
+    /// event attributes are never built for nobody; every other action is the same either way.
+    public var reportsEvents = true
 
     private enum Phase: Sendable { case idle, targeted, defaultAudience, done }
     private enum State: Sendable, Hashable {
@@ -181,8 +184,10 @@ public struct PreloadMachine: FetchMachine {
             nextTag += 1
             byTag[tag] = p
             states[p] = .pending(tag: tag)
-            actions.append(.emit(.requestStart, placement: p, span: tag + 1,
-                                 attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
+            if reportsEvents {
+                actions.append(.emit(.requestStart, placement: p, span: tag + 1,
+                                     attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
+            }
             actions.append(.send(tag: tag, RequestSpec(kind: kind, placement: p, profileId: profileId, timeout: budget)))
         }
         timerTag = nextTag
@@ -192,7 +197,8 @@ public struct PreloadMachine: FetchMachine {
 
     private func emitRequestEnd(_ placement: String, tag: Int, result: RequestResult, bytes: Int, now: Double,
                                 _ actions: inout [MachineAction]) {
-        var attrs: [String: JSONValue] = [
+        guard reportsEvents else { return }
+        var attrs: EventAttributes = [
             "kind": .string(phase == .targeted ? "targeted" : "default"),
             "duration": seconds(now - phaseStartedAt), "bytes": .number(Double(bytes)),
         ]
@@ -205,7 +211,9 @@ public struct PreloadMachine: FetchMachine {
         actions.append(.emit(.requestEnd, placement: placement, span: tag + 1, attrs: attrs))
     }
 
-    private func emit(_ name: EventName, _ placement: String?, _ attrs: [String: JSONValue], _ actions: inout [MachineAction]) {
-        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs))
+    private func emit(_ name: EventName, _ placement: String?, _ attrs: @autoclosure () -> EventAttributes,
+                      _ actions: inout [MachineAction]) {
+        guard reportsEvents else { return }
+        actions.append(.emit(name, placement: placement, span: 0, attrs: attrs()))
     }
 }

@@ -17,7 +17,11 @@ public enum VariationDraw {
         guard !payload.variations.isEmpty, payload.variations.allSatisfy({ $0.weight >= 0 }),
               payload.variations.reduce(0, { $0 + $1.weight }) == 100 else { return nil }
         let b = bucket(audienceVersionId: payload.audienceVersionId, profileId: profileId)
-        let sorted = payload.variations.sorted { ($0.weight, $0.id) < ($1.weight, $1.id) }
+        let order: (Variation, Variation) -> Bool = { ($0.weight, $0.id) < ($1.weight, $1.id) }
+        let variations = payload.variations
+        // Backends usually send them in order already: then there is nothing to sort (or allocate).
+        let inOrder = zip(variations, variations.dropFirst()).allSatisfy { !order($1, $0) }
+        let sorted = inOrder ? variations : variations.sorted(by: order)
         var cumulative = 0
         for v in sorted {
             cumulative += v.weight

@@ -72,7 +72,7 @@ public struct BenchmarkSuite: Sendable {
 
     /// The names, in the order they run and print.
     public static let names = [
-        "engine.getFlow.cacheHit", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
+        "engine.getFlow.cacheHit", "engine.getFlow.cacheHit.noSink", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
         "metrics.counter.increment", "metrics.render", "sim.calls", "sqlite.insert",
     ]
 
@@ -85,7 +85,8 @@ public struct BenchmarkSuite: Sendable {
         for name in Self.names where only.isEmpty || only.contains(where: { name.hasPrefix($0) }) {
             progress(name)
             switch name {
-            case "engine.getFlow.cacheHit": results.append(try engineCacheHit())
+            case "engine.getFlow.cacheHit": results.append(try engineCacheHit(sinks: true))
+            case "engine.getFlow.cacheHit.noSink": results.append(try engineCacheHit(sinks: false))
             case "client.getFlow.cacheHit": results.append(try await clientCacheHit())
             case "pipeline.emit": results.append(try pipelineEmit())
             case "pipeline.throughput": results.append(try pipelineThroughput())
@@ -103,13 +104,15 @@ public struct BenchmarkSuite: Sendable {
     /// A getFlow answered from the memory cache by the engine itself (no async hop): the machine
     /// runs, reads the cache (and touches the disk layer's recency), and emits fetch.start,
     /// cache.hit and fetch.end into a pipeline with the metrics, memory and jsonl sinks.
-    func engineCacheHit() throws -> BenchmarkResult {
+    /// Without `sinks` (the informational `.noSink` line) the engine has no event sink at all: the
+    /// difference is what the events cost the caller.
+    func engineCacheHit(sinks: Bool) throws -> BenchmarkResult {
         let pipeline = try threeSinkPipeline("engine")
         defer { pipeline.shutdown() }
         let host = BenchHost()
         var traces: UInt64 = 0
         let engine = FlowEngine(profile: Profile(id: "user-1"), flowCache: FlowCache(disk: InMemoryDiskStore()),
-                                layouts: InMemoryLayoutStore(), host: host, events: pipeline,
+                                layouts: InMemoryLayoutStore(), host: host, events: sinks ? pipeline : nil,
                                 traceIDs: { traces += 1; return TraceID(high: 1, low: traces) })
         let flow = benchFlow()
         _ = engine.flowCache.write(CacheKey(profileId: "user-1", placementId: flow.placementId),
@@ -137,6 +140,11 @@ public struct BenchmarkSuite: Sendable {
             })
         guard host.flows >= n, pipeline.stats().allSatisfy({ $0.dropped == 0 }) else {
             throw BenchError("engine.getFlow.cacheHit: expected \(n) cache hits and no dropped events, got \(host.flows) hits")
+        }
+        guard sinks else {
+            return BenchmarkResult(name: "engine.getFlow.cacheHit.noSink", value: measured.subject, unit: "ns/op",
+                                   baseline: ("Mutex<[String: CachedFlow]> lookup", measured.baseline),
+                                   target: "(informational: the same hit with no event sink)")
         }
         return BenchmarkResult(name: "engine.getFlow.cacheHit", value: measured.subject, unit: "ns/op",
                                baseline: ("Mutex<[String: CachedFlow]> lookup", measured.baseline),

@@ -25,7 +25,7 @@ public struct FlowTimeline: Sendable {
         public var startedAt: Double
         public var endedAt: Double?
         /// fetch.end's (or preload.end's) attributes, when the call ended.
-        public var end: [String: JSONValue]?
+        public var end: EventAttributes?
         public var requests: [Request]
         public var events: [EngineEvent]
 
@@ -161,7 +161,7 @@ public struct FlowTimeline: Sendable {
             }
             for e in c.events {
                 events.append(["step": .number(Double(i)), "t": ms(e.t), "name": .string(e.name.rawValue),
-                               "placement": e.placement.map(JSONValue.string) ?? .null, "attrs": .object(e.attrs)])
+                               "placement": e.placement.map(JSONValue.string) ?? .null, "attrs": e.attrs.jsonValue])
             }
         }
         return ["results": .array(results), "requests": .array(requests), "events": .array(events)]
@@ -180,7 +180,7 @@ extension FlowTimeline {
     /// Groups envelopes (a trace file) the same way.
     public init(envelopes: [Envelope]) {
         self.init(events: envelopes.map {
-            EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs)
+            EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: EventAttributes($0.attrs))
         })
     }
 }

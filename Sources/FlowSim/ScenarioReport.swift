@@ -106,7 +106,7 @@ public struct ScenarioReport: Sendable {
                 [
                     "step": e.step.map { .number(Double($0)) } ?? .null, "t": .number(ms(e.event.t)),
                     "name": .string(e.event.name.rawValue),
-                    "placement": e.event.placement.map(JSONValue.string) ?? .null, "attrs": .object(e.event.attrs),
+                    "placement": e.event.placement.map(JSONValue.string) ?? .null, "attrs": e.event.attrs.jsonValue,
                 ]
             }),
             "expectations": [

@@ -151,6 +151,32 @@ struct FileStoreTests {
         #expect(reopened.load(c) == cBytes)
     }
 
+    @Test("a memory-layer hit marks the entry used without reading its file, and the order survives a restart")
+    func touchKeepsRecencyWithoutReading() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (a, aBytes) = Self.entry("a")
+        let (b, bBytes) = Self.entry("b")
+        let (c, cBytes) = Self.entry("c")
+        let cap = aBytes.count + bBytes.count + cBytes.count / 2
+        let store = try FileFlowStore(directory: dir, maxBytes: cap)
+        _ = store.save(a, aBytes)
+        Thread.sleep(forTimeInterval: 0.02)
+        _ = store.save(b, bBytes)
+        Thread.sleep(forTimeInterval: 0.02)
+        store.touch(a)
+        store.touch(a)  // already the newest on disk: nothing to change
+        let reopened = try FileFlowStore(directory: dir, maxBytes: cap)
+        #expect(reopened.save(c, cBytes).map(\.key) == [b], "a was touched after b was written")
+
+        // A touch never reads: with a's file gone, touching keeps it indexed; a load finds it missing.
+        unlink(reopened.path(for: a))
+        reopened.touch(a)
+        #expect(reopened.count == 2)
+        #expect(reopened.load(a) == nil)
+        #expect(reopened.count == 1)
+    }
+
     @Test("an interrupted write leaves no partial entry: temporary files are ignored and cleaned at start")
     func temporaryFilesIgnored() throws {
         let dir = temporaryDirectory()

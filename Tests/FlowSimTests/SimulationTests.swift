@@ -77,6 +77,23 @@ struct SimulationTests {
         #expect(other.deterministicJSON != one.deterministicJSON)
     }
 
+    @Test("Sessions play the same with or without a sink listening (machines skip events, nothing else)")
+    func eventsChangeNothing() {
+        let config = SimulationConfig.standard
+        let world = SessionWorld(config: config)
+        for index in 0..<100 {
+            let plan = SessionPlan(index: index, seed: 5, population: config.population)
+            for strategy in config.strategies {
+                var quiet = StrategyTally(), heard = StrategyTally()
+                world.play(plan, strategy, into: &quiet)
+                let collector = EventCollector(forward: nil)
+                world.play(plan, strategy, into: &heard, events: collector)
+                #expect(quiet == heard, "session \(index), \(strategy.name)")
+                #expect(collector.events.isEmpty == (heard.calls == 0))
+            }
+        }
+    }
+
     @Test("Different seeds agree within their confidence intervals")
     func seedsAgree() {
         let lab = Simulation(config: .standard)

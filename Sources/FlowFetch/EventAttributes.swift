@@ -1,0 +1,100 @@
+import FlowJSON
+
+/// An event's attributes: a handful of named JSON values (events-and-metrics.md lists them per event).
+///
+/// Kept as a short list of pairs rather than a dictionary: building one on the engine's hot path
+/// costs one allocation and no hashing, and reading one of a few keys is a short scan. Written as a
+/// JSON object with sorted keys; compared as a set of pairs, whatever their order.
+///
+/// ```swift
+/// var attrs: EventAttributes = ["layer": "memory", "age": 1.5]
+/// attrs["audience"] = "targeted"
+/// attrs["layer"]?.stringValue  // "memory"
+/// ```
+public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLiteral, Sequence, CustomStringConvertible {
+    /// One attribute.
+    public typealias Element = (key: String, value: JSONValue)
+    private struct Pair: Sendable { var key: String; var value: JSONValue }
+    private var pairs: [Pair] = []
+
+    /// No attributes.
+    public init() {}
+
+    /// The attributes of a dictionary.
+    public init(_ dictionary: [String: JSONValue]) {
+        pairs = dictionary.map { Pair(key: $0.key, value: $0.value) }
+    }
+
+    /// Room for `capacity` attributes before the storage grows.
+    public init(minimumCapacity capacity: Int) { pairs.reserveCapacity(capacity) }
+
+    /// A literal. Its keys must be distinct, as in a dictionary literal.
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        pairs.reserveCapacity(elements.count)
+        for (k, v) in elements {
+            assert(self[k] == nil, "duplicate attribute \(k) in a literal")
+            pairs.append(Pair(key: k, value: v))
+        }
+    }
+
+    /// The value of `key`; setting nil removes it.
+    public subscript(key: String) -> JSONValue? {
+        get {
+            for p in pairs where p.key == key { return p.value }
+            return nil
+        }
+        set {
+            if let i = pairs.firstIndex(where: { $0.key == key }) {
+                if let newValue { pairs[i].value = newValue } else { pairs.remove(at: i) }
+            } else if let newValue {
+                pairs.append(Pair(key: key, value: newValue))
+            }
+        }
+    }
+
+    /// How many attributes there are.
+    public var count: Int { pairs.count }
+    /// Whether there are none.
+    public var isEmpty: Bool { pairs.isEmpty }
+    /// The names, in the order they were set.
+    public var keys: [String] { pairs.map(\.key) }
+    /// The attributes as a dictionary.
+    public var dictionary: [String: JSONValue] {
+        var d = [String: JSONValue](minimumCapacity: pairs.count)
+        for p in pairs { d[p.key] = p.value }
+        return d
+    }
+    /// The attributes as a JSON object.
+    public var jsonValue: JSONValue { .object(dictionary) }
+
+    /// The attributes sorted by name (the order they are written in).
+    public var sorted: [Element] {
+        pairs.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
+    }
+
+    /// Attributes in the order they were set.
+    public func makeIterator() -> some IteratorProtocol<Element> {
+        pairs.lazy.map { (key: $0.key, value: $0.value) }.makeIterator()
+    }
+
+    /// The same names with the same values, in any order.
+    public static func == (a: EventAttributes, b: EventAttributes) -> Bool {
+        a.count == b.count && a.pairs.allSatisfy { b[$0.key] == $0.value }
+    }
+
+    /// Hashes the pairs independently of their order.
+    public func hash(into hasher: inout Hasher) {
+        var combined = 0
+        for p in pairs {
+            var h = Hasher()
+            h.combine(p.key)
+            h.combine(p.value)
+            combined ^= h.finalize()
+        }
+        hasher.combine(count)
+        hasher.combine(combined)
+    }
+
+    /// Compact JSON, keys sorted.
+    public var description: String { jsonValue.jsonText }
+}
