@@ -62,7 +62,8 @@ public final class FlowEngine: CacheView {
         /// The top-level call this work belongs to.
         let origin: CallID
     }
-    private struct Call {
+    /// A running call. A reference, so that updating one in the table never moves its machine.
+    private final class Call {
         var machine: Machine
         let info: CallInfo
         var trace: TraceID { info.trace }
@@ -72,6 +73,10 @@ public final class FlowEngine: CacheView {
         let reported: Bool
         /// The requests, timers and sub-calls it owns, by the machine's tags.
         var owned = Owned()
+
+        init(machine: Machine, info: CallInfo, parent: (call: CallID, tag: Int)?, reported: Bool) {
+            self.machine = machine; self.info = info; self.parent = parent; self.reported = reported
+        }
     }
     private var calls: [CallID: Call] = [:]
     private var requestOwners: [RequestID: (call: CallID, tag: Int)] = [:]
@@ -330,9 +335,9 @@ public final class FlowEngine: CacheView {
     /// Runs one input through a call's machine (mutated in place in the call table), then carries
     /// out the actions it returned.
     private func drive(_ id: CallID, now: Double, _ body: (inout Machine, FlowEngine, inout [MachineAction]) -> Void) {
-        guard let index = calls.index(forKey: id) else { return }
+        guard let call = calls[id] else { return }
         var actions = takeActionBuffer()
-        body(&calls.values[index].machine, self, &actions)
+        body(&call.machine, self, &actions)
         perform(actions, for: id, now: now)
         giveBack(&actions)
     }
@@ -340,17 +345,17 @@ public final class FlowEngine: CacheView {
     private func perform(_ actions: [MachineAction], for id: CallID, now: Double) {
         for action in actions {
             // The call may have ended during an earlier action (a finished child, an abort).
-            guard let index = calls.index(forKey: id) else { return }
-            let call = calls.values[index].info
+            guard let running = calls[id] else { return }
+            let call = running.info
             switch action {
             case .send(let tag, let spec):
                 let rid = RequestID(raw: nextID)
                 nextID += 1
                 requestOwners[rid] = (id, tag)
-                calls[id]?.owned.add(.request, tag: tag, rid.raw)
+                running.owned.add(.request, tag: tag, rid.raw)
                 host.send(rid, spec, origin: call.origin)
             case .cancel(let tag):
-                if let raw = calls[id]?.owned.remove(.request, tag: tag) {
+                if let raw = running.owned.remove(.request, tag: tag) {
                     let rid = RequestID(raw: raw)
                     requestOwners[rid] = nil
                     host.cancel(rid)
@@ -359,10 +364,10 @@ public final class FlowEngine: CacheView {
                 let tid = TimerID(raw: nextID)
                 nextID += 1
                 timerOwners[tid] = (id, tag)
-                calls[id]?.owned.add(.timer, tag: tag, tid.raw)
+                running.owned.add(.timer, tag: tag, tid.raw)
                 host.schedule(tid, at: at)
             case .clearTimer(let tag):
-                if let raw = calls[id]?.owned.remove(.timer, tag: tag) {
+                if let raw = running.owned.remove(.timer, tag: tag) {
                     let tid = TimerID(raw: raw)
                     timerOwners[tid] = nil
                     host.unschedule(tid)
@@ -394,11 +399,11 @@ public final class FlowEngine: CacheView {
                     continue
                 }
                 let childID = CallID(raw: nextID)
-                calls[id]?.owned.add(.child, tag: tag, childID.raw)
+                running.owned.add(.child, tag: tag, childID.raw)
                 _ = begin(machine, now: now, reported: false, parent: (id, tag), trace: call.trace,
                           spanBase: call.spanBase + UInt64(tag + 1) * 1000, origin: call.origin)
             case .cancelChild(let tag):
-                if let raw = calls[id]?.owned.remove(.child, tag: tag) {
+                if let raw = running.owned.remove(.child, tag: tag) {
                     let childID = CallID(raw: raw)
                     calls[childID]?.parent = nil
                     abort(childID, FlowError(.operationInterrupted, "superseded"), now: now)
@@ -407,7 +412,7 @@ public final class FlowEngine: CacheView {
                 attributionWatchers.insert(id)
             case .prefetchAssets(let urls):
                 let placement: String
-                if case .layout(let m) = calls.values[index].machine { placement = m.flow.placementId } else { placement = "" }
+                if case .layout(let m) = running.machine { placement = m.flow.placementId } else { placement = "" }
                 _ = begin(.prefetch(AssetPrefetchMachine(placement: placement, urls: urls,
                                                          requestTimeout: configuration.requestTimeout, profileId: profile.id)),
                           now: now, reported: false, trace: call.trace, spanBase: call.spanBase + 100_000, origin: call.origin)
