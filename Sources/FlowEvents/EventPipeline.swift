@@ -526,9 +526,8 @@ private final class Hub: Sendable {
         while true {
             var wake = WakeList()
             var freed: [Segment] = []
-            let taken = state.withLock { state -> Take in
-                while let buffer = spares.popLast(), state.spare.count < Self.spareLimit { state.spare.append(buffer) }
-                spares.removeAll()
+            var taken: Take? = state.withLock { state -> Take in
+                while state.spare.count < Self.spareLimit, let buffer = spares.popLast() { state.spare.append(buffer) }
                 if batches > 0 {
                     state.lanes[index].consuming = false
                     state.lanes[index].consumed += consumed
@@ -538,21 +537,25 @@ private final class Hub: Sendable {
                 return take(lane: index, state: &state, freed: &freed)
             }
             wake.signal(wakes)
-            // Envelopes every sink has seen are released here, outside the lock; the emptied buffers
-            // go back to the hub at the next take (a buffer a sink still holds is not reused).
-            while var segment = freed.popLast() {
-                segment.items.removeAll(keepingCapacity: true)
-                if spares.count < Self.spareLimit, segment.items.capacity >= segmentSize { spares.append(segment.items) }
+            spares.removeAll()
+            // Envelopes every sink has seen are released outside the lock, once this lane no longer
+            // holds them; the emptied buffers go back to the hub at the next take.
+            func recycle() {
+                while var segment = freed.popLast() {
+                    segment.items.removeAll(keepingCapacity: true)
+                    if spares.count < Self.spareLimit, segment.items.capacity >= segmentSize { spares.append(segment.items) }
+                }
             }
             consumed = 0
             batches = 0
-            switch taken {
+            switch taken! {
             case .finished:
                 sink.flush()
                 if let closing = sink as? any ClosingSink { closing.close() }
                 dones[index].signal()
                 return
             case .wait:
+                recycle()
                 wakes[index].wait()
                 // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
                 // one per event (a futex round trip per event would cost the emitter far more).
@@ -573,9 +576,12 @@ private final class Hub: Sendable {
                 // Everything taken goes to the sink in one call (one fsync for the jsonl sink).
                 sink.consume(batches: list)
                 consumed = UInt64(count)
-                // Keeping up easily: let the next batch gather instead of taking the lock per event.
-                if count < maxBatch && linger > 0 { usleep(linger) }
             }
+            // The taken segments are no longer referenced here: the freed ones can be emptied for reuse.
+            taken = nil
+            recycle()
+            // Keeping up easily: let the next batch gather instead of taking the lock per event.
+            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { usleep(linger) }
         }
     }
 }

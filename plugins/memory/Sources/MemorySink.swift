@@ -380,15 +380,27 @@ private struct RunAggregate {
 
     init(firstTs: Double) { self.firstTs = firstTs; self.lastTs = firstTs }
 
+    /// Adds consecutive events of this run; counts by name are summed over runs of the same name
+    /// before they touch the dictionary.
     mutating func add(_ stretch: ArraySlice<Envelope>, limits: Limits) {
-        for e in stretch { add(e, limits: limits) }
+        var pending: (name: EventName, count: Int)?
+        for e in stretch {
+            if let p = pending, p.name == e.name {
+                pending = (p.name, p.count + 1)
+            } else {
+                if let p = pending { names[p.name, default: 0] += p.count }
+                pending = (e.name, 1)
+            }
+            add(e, limits: limits)
+        }
+        if let p = pending { names[p.name, default: 0] += p.count }
     }
 
-    mutating func add(_ e: Envelope, limits: Limits) {
+    /// Everything but the count by name.
+    private mutating func add(_ e: Envelope, limits: Limits) {
         events += 1
         firstTs = min(firstTs, e.ts)
         lastTs = max(lastTs, e.ts)
-        names[e.name, default: 0] += 1
         switch e.name {
         case .fetchEnd:
             fetches += 1
