@@ -71,7 +71,7 @@ public struct Envelope: Sendable {
         ByteJSON.literal(#","ts":""#, to: &out)
         ISO8601.append(ts, to: &out)
         ByteJSON.literal(#"","t":"#, to: &out)
-        JSONWriter.writeNumber((t * 1_000_000).rounded() / 1_000_000, to: &out)
+        ByteJSON.number((t * 1_000_000).rounded() / 1_000_000, to: &out)
         ByteJSON.literal(#","run":"#, to: &out)
         ByteJSON.string(run, to: &out)
         ByteJSON.literal(#","trace":""#, to: &out)
@@ -121,12 +121,38 @@ enum ByteJSON {
         if done != true { JSONWriter.writeString(s, to: &out) }
     }
 
+    /// Appends a number as `JSONWriter.writeNumber` does. Fast path for the usual attribute
+    /// (a magnitude in 1e-4..<1e9 with at most six decimals): digits written directly. Such a value
+    /// is `k / 10^6` correctly rounded, and below 1e9 doubles are closer together than 1e-6, so
+    /// `k` with its trailing zeros trimmed is exactly the shortest round-trip text `description`
+    /// gives. Everything else goes through `JSONWriter`.
+    static func number(_ n: Double, to out: inout [UInt8]) {
+        let magnitude = abs(n)
+        if n.rounded() != n, magnitude >= 1e-4, magnitude < 1e9 {
+            let scaled = (magnitude * 1_000_000).rounded()
+            if scaled / 1_000_000 == magnitude {
+                var fraction = UInt64(scaled) % 1_000_000
+                var digits = 6
+                while fraction != 0, fraction % 10 == 0 { fraction /= 10; digits -= 1 }
+                if n < 0 { out.append(UInt8(ascii: "-")) }
+                JSONWriter.writeInteger(Int64(scaled) / 1_000_000, to: &out)
+                out.append(UInt8(ascii: "."))
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { buf in
+                    for i in stride(from: digits - 1, through: 0, by: -1) { buf[i] = UInt8(48 + fraction % 10); fraction /= 10 }
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<digits]))
+                }
+                return
+            }
+        }
+        JSONWriter.writeNumber(n, to: &out)
+    }
+
     /// Appends a value; strings, numbers, booleans and null directly, arrays and objects as
     /// `JSONWriter.write` does (objects with sorted keys).
     static func value(_ value: JSONValue, to out: inout [UInt8]) {
         switch value {
         case .string(let s): string(s, to: &out)
-        case .number(let n): JSONWriter.writeNumber(n, to: &out)
+        case .number(let n): number(n, to: &out)
         case .bool(let b): b ? literal("true", to: &out) : literal("false", to: &out)
         case .null: literal("null", to: &out)
         case .object(let members): object(members, to: &out)

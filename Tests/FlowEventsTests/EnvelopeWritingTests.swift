@@ -46,7 +46,16 @@ struct EnvelopeWritingTests {
         func value(depth: Int) -> JSONValue {
             switch rng.next() % (depth > 1 ? 4 : 6) {
             case 0: return .string(text())
-            case 1: return .number([0, -1, 12.5, 1.0 / 3, 1e300, -0.0, .nan, .infinity, 4.5e15, 123_456][Int(rng.next() % 10)])
+            case 1:
+                let fixed: [Double] = [0, -1, 12.5, 1.0 / 3, 1e300, -0.0, .nan, .infinity, 4.5e15, 123_456, 0.1, 0.30000000000000004,
+                                       1e-4, 9.999e-5, 999_999_999.999999, 1e9 + 0.5, -0.000123, 2.675, 1.005]
+                switch rng.next() % 4 {
+                case 0: return .number(fixed[Int(rng.next() % UInt64(fixed.count))])
+                // Decimals with up to 7 places and random magnitudes, and arbitrary doubles.
+                case 1: return .number(Double(Int64(bitPattern: rng.next()) % 10_000_000_000) / [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7][Int(rng.next() % 8)])
+                case 2: return .number(Double(bitPattern: rng.next()))
+                default: return .number(Double(rng.next() % 1_000_000) * 1e-6 * [1, 1e-3, 1e3, 1e6][Int(rng.next() % 4)])
+                }
             case 2: return .bool(rng.next() % 2 == 0)
             case 3: return .null
             case 4: return .array((0..<Int(rng.next() % 3)).map { _ in value(depth: depth + 1) })
@@ -54,7 +63,7 @@ struct EnvelopeWritingTests {
             }
         }
         let names = EventName.allCases
-        for i in 0..<2000 {
+        for i in 0..<5000 {
             let count = Int(rng.next() % 21)
             let attrs = Dictionary((0..<count).map { _ in (text(), value(depth: 0)) }, uniquingKeysWith: { a, _ in a })
             let envelope = Envelope(seq: rng.next() >> 1, ts: Double(rng.next() % 4_000_000_000) + 0.25, t: Double(i) / 7,
