@@ -62,27 +62,28 @@ public struct Envelope: Sendable {
     }
 
     /// Appends the envelope as compact JSON to a byte buffer: the same text as
-    /// ``appendJSON(to:)-(String)``, for sinks that write bytes (files, sockets).
+    /// ``appendJSON(to:)-(String)``, for sinks that write bytes (files, sockets). Allocates nothing
+    /// for the usual envelope (strings that need no escaping, flat attributes): strings are copied
+    /// whole, attribute keys are sorted in place on the stack.
     public func appendJSON(to out: inout [UInt8]) {
-        out.append(contentsOf: #"{"seq":"#.utf8)
+        ByteJSON.literal(#"{"seq":"#, to: &out)
         JSONWriter.writeInteger(Int64(bitPattern: seq), to: &out)
-        out.append(contentsOf: #","ts":""#.utf8)
+        ByteJSON.literal(#","ts":""#, to: &out)
         ISO8601.append(ts, to: &out)
-        out.append(contentsOf: #"","t":"#.utf8)
-        JSONWriter.writeNumber((t * 1_000_000).rounded() / 1_000_000, to: &out)
-        out.append(contentsOf: #","run":"#.utf8)
-        JSONWriter.writeString(run, to: &out)
-        out.append(contentsOf: #","trace":""#.utf8)
-        appendHex(trace.high, to: &out)
-        appendHex(trace.low, to: &out)
-        out.append(contentsOf: #"","span":""#.utf8)
-        appendHex(span.raw, to: &out)
-        out.append(contentsOf: #"","name":""#.utf8)
+        ByteJSON.literal(#"","t":"#, to: &out)
+        ByteJSON.number((t * 1_000_000).rounded() / 1_000_000, to: &out)
+        ByteJSON.literal(#","run":"#, to: &out)
+        ByteJSON.string(run, to: &out)
+        ByteJSON.literal(#","trace":""#, to: &out)
+        ByteJSON.hex(trace.high, trace.low, to: &out)
+        ByteJSON.literal(#"","span":""#, to: &out)
+        ByteJSON.hex(span.raw, to: &out)
+        ByteJSON.literal(#"","name":""#, to: &out)
         out.append(contentsOf: name.rawValue.utf8)
-        out.append(contentsOf: #"","placement":"#.utf8)
-        if let placement { JSONWriter.writeString(placement, to: &out) } else { out.append(contentsOf: "null".utf8) }
-        out.append(contentsOf: #","attrs":"#.utf8)
-        JSONWriter.write(.object(attrs), to: &out)
+        ByteJSON.literal(#"","placement":"#, to: &out)
+        if let placement { ByteJSON.string(placement, to: &out) } else { ByteJSON.literal("null", to: &out) }
+        ByteJSON.literal(#","attrs":"#, to: &out)
+        ByteJSON.object(attrs, to: &out)
         out.append(UInt8(ascii: "}"))
     }
 
@@ -96,12 +97,125 @@ public struct Envelope: Sendable {
     }
 }
 
-/// Appends 16 lowercase hex digits.
-@inline(__always)
-private func appendHex(_ v: UInt64, to out: inout [UInt8]) {
-    for i in 0..<16 {
-        let nibble = UInt8((v >> UInt64(60 - 4 * i)) & 0xF)
-        out.append(nibble < 10 ? 48 + nibble : 87 + nibble)
+/// The byte writers behind `Envelope.appendJSON(to: inout [UInt8])`: fast paths for the common
+/// case that fall back to `JSONWriter` (and so write exactly its text) for anything else.
+enum ByteJSON {
+    private static let digits: StaticString = "0123456789abcdef"
+
+    /// Appends a literal's UTF-8 bytes.
+    @inline(__always)
+    static func literal(_ text: StaticString, to out: inout [UInt8]) {
+        text.withUTF8Buffer { out.append(contentsOf: $0) }
+    }
+
+    /// Appends a quoted JSON string: whole when no byte needs escaping, else through `JSONWriter`.
+    @inline(__always)
+    static func string(_ s: String, to out: inout [UInt8]) {
+        let done: Bool? = s.utf8.withContiguousStorageIfAvailable { bytes in
+            for b in bytes where b < 0x20 || b == 0x22 || b == 0x5C || b == 0xE2 { return false }
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: bytes)
+            out.append(UInt8(ascii: "\""))
+            return true
+        }
+        if done != true { JSONWriter.writeString(s, to: &out) }
+    }
+
+    /// Appends a number as `JSONWriter.writeNumber` does. Fast path for the usual attribute
+    /// (a magnitude in 1e-4..<1e9 with at most six decimals): digits written directly. Such a value
+    /// is `k / 10^6` correctly rounded, and below 1e9 doubles are closer together than 1e-6, so
+    /// `k` with its trailing zeros trimmed is exactly the shortest round-trip text `description`
+    /// gives. Everything else goes through `JSONWriter`.
+    static func number(_ n: Double, to out: inout [UInt8]) {
+        let magnitude = abs(n)
+        if n.rounded() != n, magnitude >= 1e-4, magnitude < 1e9 {
+            let scaled = (magnitude * 1_000_000).rounded()
+            if scaled / 1_000_000 == magnitude {
+                var fraction = UInt64(scaled) % 1_000_000
+                var digits = 6
+                while fraction != 0, fraction % 10 == 0 { fraction /= 10; digits -= 1 }
+                if n < 0 { out.append(UInt8(ascii: "-")) }
+                JSONWriter.writeInteger(Int64(scaled) / 1_000_000, to: &out)
+                out.append(UInt8(ascii: "."))
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { buf in
+                    for i in stride(from: digits - 1, through: 0, by: -1) { buf[i] = UInt8(48 + fraction % 10); fraction /= 10 }
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<digits]))
+                }
+                return
+            }
+        }
+        JSONWriter.writeNumber(n, to: &out)
+    }
+
+    /// Appends a value; strings, numbers, booleans and null directly, arrays and objects as
+    /// `JSONWriter.write` does (objects with sorted keys).
+    static func value(_ value: JSONValue, to out: inout [UInt8]) {
+        switch value {
+        case .string(let s): string(s, to: &out)
+        case .number(let n): number(n, to: &out)
+        case .bool(let b): b ? literal("true", to: &out) : literal("false", to: &out)
+        case .null: literal("null", to: &out)
+        case .object(let members): object(members, to: &out)
+        case .array: JSONWriter.write(value, to: &out)
+        }
+    }
+
+    /// Appends an object with its keys in ascending order (`JSONWriter`'s order). Up to 16 members
+    /// are sorted as dictionary indices in a stack buffer; larger objects go through `JSONWriter`.
+    static func object(_ members: [String: JSONValue], to out: inout [UInt8]) {
+        let n = members.count
+        guard n <= 16 else { JSONWriter.write(.object(members), to: &out); return }
+        out.append(UInt8(ascii: "{"))
+        withUnsafeTemporaryAllocation(of: Dictionary<String, JSONValue>.Index.self, capacity: max(n, 1)) { order in
+            order.initialize(repeating: members.startIndex)
+            defer { order.deinitialize() }
+            var count = 0
+            var i = members.startIndex
+            while i != members.endIndex {
+                // Insertion sort: attribute objects are small.
+                let key = members[i].key
+                var at = count
+                while at > 0, key < members[order[at - 1]].key {
+                    order[at] = order[at - 1]
+                    at -= 1
+                }
+                order[at] = i
+                count += 1
+                members.formIndex(after: &i)
+            }
+            for k in 0..<count {
+                if k > 0 { out.append(UInt8(ascii: ",")) }
+                let member = members[order[k]]
+                string(member.key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                value(member.value, to: &out)
+            }
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Appends the 16 lowercase hex digits of `value`.
+    static func hex(_ value: UInt64, to out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { buf in
+            fillHex(value, buf.baseAddress!)
+            out.append(contentsOf: UnsafeBufferPointer(buf))
+        }
+    }
+
+    /// Appends the 32 lowercase hex digits of `high` then `low`.
+    static func hex(_ high: UInt64, _ low: UInt64, to out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { buf in
+            fillHex(high, buf.baseAddress!)
+            fillHex(low, buf.baseAddress! + 16)
+            out.append(contentsOf: UnsafeBufferPointer(buf))
+        }
+    }
+
+    @inline(__always)
+    private static func fillHex(_ value: UInt64, _ at: UnsafeMutablePointer<UInt8>) {
+        digits.withUTF8Buffer { table in
+            for i in 0..<16 { at[i] = table[Int((value >> UInt64(60 - 4 * i)) & 0xF)] }
+        }
     }
 }
 
@@ -206,7 +320,19 @@ public protocol EventSink: AnyObject, Sendable {
     var name: String { get }
     /// Consumes a batch of events, in seq order. Called from one thread at a time.
     func consume(_ batch: [Envelope])
+    /// Consumes everything the pipeline took from the sink's queue at once: `batches` in seq
+    /// order, each at most the pipeline's `maxBatch` envelopes. The default calls `consume(_:)`
+    /// for each batch; a sink with a fixed cost per call (an fsync, a transaction) may override it
+    /// to pay that cost once for all of them. Called from one thread at a time.
+    func consume(batches: [[Envelope]])
     /// Makes everything consumed so far durable (files flushed, transactions committed).
     /// Called on shutdown after the last batch, and may be called at other times.
     func flush()
+}
+
+extension EventSink {
+    /// Calls `consume(_:)` for each batch, in order.
+    public func consume(batches: [[Envelope]]) {
+        for batch in batches { consume(batch) }
+    }
 }

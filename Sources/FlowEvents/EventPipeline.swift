@@ -133,8 +133,7 @@ public final class EventPipeline: EngineEventSink {
 
     /// Receives one engine event for `run`.
     func receive(_ event: EngineEvent, run: String) {
-        let ts = wallClock()
-        hub.enqueue(reporter: reporter) { Envelope(event, seq: $0, ts: ts, run: run) }
+        hub.enqueue(event, ts: wallClock(), run: run, reporter: reporter)
     }
 
     /// Puts envelopes that came from elsewhere (another process, `POST /api/ingest`, a replayed
@@ -285,6 +284,10 @@ private final class Hub: Sendable {
     let capacity: Int
     let maxBatch: Int
     let linger: UInt32
+    /// Envelopes per segment: a segment is handed to `consume` whole (no copy), so at most `maxBatch`.
+    let segmentSize: Int
+    /// Emptied segment buffers kept for reuse.
+    static let spareLimit = 16
     let state: Mutex<HubState>
     let wakes: [DispatchSemaphore]
     let dones: [DispatchSemaphore]
@@ -296,9 +299,11 @@ private final class Hub: Sendable {
         var lanes: [Lane]
         /// Sealed segments, oldest first.
         var segments: [Segment] = []
-        /// The segment being filled; its first envelope has log index `openBase`.
+        /// The segment being filled (sealed at `segmentSize`); its first envelope has log index `openBase`.
         var open: [Envelope] = []
         var openBase: UInt64 = 0
+        /// Emptied segment buffers kept for reuse, so filling the log neither allocates nor faults in pages.
+        var spare: [[Envelope]] = []
         /// Log indices handed out so far.
         var total: UInt64 { openBase + UInt64(open.count) }
     }
@@ -308,20 +313,25 @@ private final class Hub: Sendable {
         self.capacity = capacity
         self.maxBatch = maxBatch
         self.linger = linger
-        self.state = Mutex(HubState(lanes: Array(repeating: Lane(), count: sinks.count)))
+        self.segmentSize = min(maxBatch, 1024)
+        var initial = HubState(lanes: Array(repeating: Lane(), count: sinks.count))
+        initial.open.reserveCapacity(segmentSize)
+        self.state = Mutex(initial)
         self.wakes = sinks.map { _ in DispatchSemaphore(value: 0) }
         self.dones = sinks.map { _ in DispatchSemaphore(value: 0) }
     }
 
     func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds &- startUptime) / 1e9 }
 
-    /// Stamps one envelope (`make` gets the seq) and appends it for every lane.
-    func enqueue(reporter: DropReporter, _ make: (UInt64) -> Envelope) {
+    /// Stamps one engine event and appends it for every lane. The envelope is built in place in
+    /// the open segment (no intermediate copies); the lock is held for the append and the lane checks.
+    func enqueue(_ event: EngineEvent, ts: Double, run: String, reporter: DropReporter) {
         var wake = WakeList()
         state.withLock { state in
             guard !state.closed else { return }
             let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-            push(make(seq), except: nil, state: &state, reporter: reporter, wake: &wake)
+            state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
+            admit(except: nil, state: &state, reporter: reporter, wake: &wake)
         }
         wake.signal(wakes)
     }
@@ -341,9 +351,17 @@ private final class Hub: Sendable {
 
     /// With the lock held: appends to the log for every lane but `except`; notes the lanes to wake.
     private func push(_ envelope: Envelope, except: Int?, state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
-        let index = state.total
         state.open.append(envelope)
-        let total = index + 1
+        admit(except: except, state: &state, reporter: reporter, wake: &wake)
+    }
+
+    /// With the lock held, after one envelope was appended to the open segment: makes room for it
+    /// in every lane but `except` (dropping that lane's oldest when full), notes the lanes to wake,
+    /// and seals the open segment when it is full.
+    private func admit(except: Int?, state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
+        let total = state.total
+        let index = total - 1
+        if state.open.count >= segmentSize { seal(&state) }
         for lane in state.lanes.indices {
             if lane == except {
                 state.lanes[lane].excluded.append(index)
@@ -446,13 +464,7 @@ private final class Hub: Sendable {
             state.lanes[index].waiting = true
             return .wait
         }
-        if !state.open.isEmpty {
-            let sealed = state.open
-            state.segments.append(Segment(base: state.openBase, items: sealed))
-            state.openBase += UInt64(sealed.count)
-            state.open = []
-            state.open.reserveCapacity(min(max(64, sealed.count), 4096))
-        }
+        if !state.open.isEmpty { seal(&state) }
         let from = state.lanes[index].cursor
         let excluded = state.lanes[index].excluded
         var chunks: [(items: [Envelope], lower: Int)] = []
@@ -480,6 +492,20 @@ private final class Hub: Sendable {
         return .batches(chunks, count: count)
     }
 
+    /// With the lock held: moves the open segment to the sealed ones and opens a new one, from a
+    /// spare buffer when there is one.
+    private func seal(_ state: inout HubState) {
+        let count = state.open.count
+        let fresh = state.spare.popLast() ?? {
+            var buffer: [Envelope] = []
+            buffer.reserveCapacity(segmentSize)
+            return buffer
+        }()
+        state.segments.append(Segment(base: state.openBase, items: state.open))
+        state.open = fresh
+        state.openBase += UInt64(count)
+    }
+
     /// With the lock held: moves the segments every lane has passed into `freed`.
     private func collect(_ state: inout HubState, freed: inout [Segment]) {
         guard let oldest = state.lanes.map(\.cursor).min() else { return }
@@ -496,10 +522,12 @@ private final class Hub: Sendable {
     func drain(lane index: Int, reporter: DropReporter) {
         let sink = sinks[index]
         var consumed: UInt64 = 0, batches: UInt64 = 0
+        var spares: [[Envelope]] = []
         while true {
             var wake = WakeList()
             var freed: [Segment] = []
-            let taken = state.withLock { state -> Take in
+            var taken: Take? = state.withLock { state -> Take in
+                while state.spare.count < Self.spareLimit, let buffer = spares.popLast() { state.spare.append(buffer) }
                 if batches > 0 {
                     state.lanes[index].consuming = false
                     state.lanes[index].consumed += consumed
@@ -509,35 +537,51 @@ private final class Hub: Sendable {
                 return take(lane: index, state: &state, freed: &freed)
             }
             wake.signal(wakes)
-            freed.removeAll()  // envelopes every sink has seen are released here, outside the lock
+            spares.removeAll()
+            // Envelopes every sink has seen are released outside the lock, once this lane no longer
+            // holds them; the emptied buffers go back to the hub at the next take.
+            func recycle() {
+                while var segment = freed.popLast() {
+                    segment.items.removeAll(keepingCapacity: true)
+                    if spares.count < Self.spareLimit, segment.items.capacity >= segmentSize { spares.append(segment.items) }
+                }
+            }
             consumed = 0
             batches = 0
-            switch taken {
+            switch taken! {
             case .finished:
                 sink.flush()
                 if let closing = sink as? any ClosingSink { closing.close() }
                 dones[index].signal()
                 return
             case .wait:
+                recycle()
                 wakes[index].wait()
                 // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
                 // one per event (a futex round trip per event would cost the emitter far more).
                 if linger > 0 { usleep(linger) }
             case .batches(let chunks, let count):
+                var list: [[Envelope]] = []
+                list.reserveCapacity(chunks.count)
                 for chunk in chunks {
                     var from = chunk.lower
                     while from < chunk.items.count {
                         let to = min(from + maxBatch, chunk.items.count)
                         // A whole segment is handed over as the shared array itself (no copy).
-                        sink.consume(from == 0 && to == chunk.items.count ? chunk.items : Array(chunk.items[from..<to]))
-                        batches += 1
+                        list.append(from == 0 && to == chunk.items.count ? chunk.items : Array(chunk.items[from..<to]))
                         from = to
                     }
                 }
+                batches += UInt64(list.count)
+                // Everything taken goes to the sink in one call (one fsync for the jsonl sink).
+                sink.consume(batches: list)
                 consumed = UInt64(count)
-                // Keeping up easily: let the next batch gather instead of taking the lock per event.
-                if count < maxBatch && linger > 0 { usleep(linger) }
             }
+            // The taken segments are no longer referenced here: the freed ones can be emptied for reuse.
+            taken = nil
+            recycle()
+            // Keeping up easily: let the next batch gather instead of taking the lock per event.
+            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { usleep(linger) }
         }
     }
 }

@@ -37,4 +37,55 @@ struct EnvelopeWritingTests {
             #expect(String(decoding: bytes, as: UTF8.self) == envelope.jsonLine)
         }
     }
+
+    @Test("random envelopes (escapes, unicode, 0-20 attributes, nested values) write the same bytes as their jsonLine")
+    func randomBytesMatchLine() {
+        var rng = SplitMix(seed: 7)
+        let pieces = ["a", "main_paywall", "é", "\"", "\\", "\n", "\u{01}", "\u{2028}", "\u{2029}", "\u{E2}x", "日本", "🙂", " ", "z9", "_"]
+        func text() -> String { (0..<Int(rng.next() % 5)).map { _ in pieces[Int(rng.next() % UInt64(pieces.count))] }.joined() }
+        func value(depth: Int) -> JSONValue {
+            switch rng.next() % (depth > 1 ? 4 : 6) {
+            case 0: return .string(text())
+            case 1:
+                let fixed: [Double] = [0, -1, 12.5, 1.0 / 3, 1e300, -0.0, .nan, .infinity, 4.5e15, 123_456, 0.1, 0.30000000000000004,
+                                       1e-4, 9.999e-5, 999_999_999.999999, 1e9 + 0.5, -0.000123, 2.675, 1.005]
+                switch rng.next() % 4 {
+                case 0: return .number(fixed[Int(rng.next() % UInt64(fixed.count))])
+                // Decimals with up to 7 places and random magnitudes, and arbitrary doubles.
+                case 1: return .number(Double(Int64(bitPattern: rng.next()) % 10_000_000_000) / [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7][Int(rng.next() % 8)])
+                case 2: return .number(Double(bitPattern: rng.next()))
+                default: return .number(Double(rng.next() % 1_000_000) * 1e-6 * [1, 1e-3, 1e3, 1e6][Int(rng.next() % 4)])
+                }
+            case 2: return .bool(rng.next() % 2 == 0)
+            case 3: return .null
+            case 4: return .array((0..<Int(rng.next() % 3)).map { _ in value(depth: depth + 1) })
+            default: return .object(Dictionary((0..<Int(rng.next() % 3)).map { _ in (text(), value(depth: depth + 1)) }, uniquingKeysWith: { a, _ in a }))
+            }
+        }
+        let names = EventName.allCases
+        for i in 0..<5000 {
+            let count = Int(rng.next() % 21)
+            let attrs = Dictionary((0..<count).map { _ in (text(), value(depth: 0)) }, uniquingKeysWith: { a, _ in a })
+            let envelope = Envelope(seq: rng.next() >> 1, ts: Double(rng.next() % 4_000_000_000) + 0.25, t: Double(i) / 7,
+                                    run: text(), trace: TraceID(high: rng.next(), low: rng.next()), span: SpanID(raw: rng.next()),
+                                    name: names[Int(rng.next() % UInt64(names.count))],
+                                    placement: rng.next() % 4 == 0 ? nil : text(), attrs: attrs)
+            var bytes: [UInt8] = [1, 2]
+            envelope.appendJSON(to: &bytes)
+            #expect(Array(bytes.dropFirst(2)) == Array(envelope.jsonLine.utf8), "envelope \(i)")
+        }
+    }
+}
+
+/// A small deterministic generator for the random tests.
+private struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 }

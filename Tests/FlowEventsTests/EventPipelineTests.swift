@@ -145,6 +145,35 @@ struct EventPipelineTests {
         #expect(pipeline.stats().allSatisfy { $0.queueDepth == 0 && $0.dropped == 0 && $0.consumed == UInt64(n) })
     }
 
+    @Test("a sink that takes whole takes gets every event once, in order, in batches of at most maxBatch")
+    func wholeTakes() {
+        final class TakingSink: EventSink {
+            let name = "taking"
+            let calls = Mutex<[[Int]]>([])
+            let seen = Mutex<[Int]>([])
+            func consume(_ batch: [Envelope]) { consume(batches: [batch]) }
+            func consume(batches: [[Envelope]]) {
+                calls.withLock { $0.append(batches.map(\.count)) }
+                seen.withLock { seen in for batch in batches { seen.append(contentsOf: batch.map(index)) } }
+                usleep(2000)  // slow enough that the next take finds many events waiting
+            }
+            func flush() {}
+        }
+        let sink = TakingSink()
+        let pipeline = EventPipeline(sinks: [sink], maxBatch: 100)
+        let n = 20_000
+        for i in 0..<n { pipeline.receive(event(i)) }
+        pipeline.shutdown()
+        #expect(sink.seen.withLock { $0 } == Array(0..<n))
+        let calls = sink.calls.withLock { $0 }
+        #expect(calls.allSatisfy { $0.allSatisfy { $0 >= 1 && $0 <= 100 } })
+        // Bursts arrive as several batches per call, so a per-call cost (an fsync) is paid per take.
+        #expect(calls.contains { $0.count > 1 })
+        #expect(calls.count < n / 100)
+        #expect(pipeline.stats()[0].batches == UInt64(calls.map(\.count).reduce(0, +)))
+        #expect(pipeline.stats()[0].consumed == UInt64(n))
+    }
+
     @Test("ingested envelopes get fresh local seq and keep ts, t, run, trace and span")
     func ingestRenumbers() {
         let a = RecordingSink(name: "a")

@@ -13,8 +13,10 @@ import Darwin
 /// size-based rotation.
 ///
 /// Durability (`fsync` option):
-/// - `batch` (default): at the end of every consumed batch all its lines are written and
+/// - `batch` (default): at the end of every `consume` call all its lines are written and
 ///   `fsync`ed, so once `consume` returns the batch survives a crash of the process or the machine.
+///   The pipeline hands over everything it took from the sink's queue in one call
+///   (`consume(batches:)`), so a burst costs one fsync, not one per `maxBatch` events.
 /// - `always`: every line is written and `fsync`ed on its own before the next one.
 /// - `never`: lines are buffered (up to 64 KiB) and written when the buffer fills, on rotation and
 ///   on `flush()`; never `fsync`ed. A crash of the process loses at most the buffer; a crash of
@@ -41,6 +43,8 @@ public final class JSONLinesSink: ClosingSink {
     public let fsync: FsyncPolicy
 
     private static let bufferLimit = 64 * 1024
+    /// With `fsync: batch`, the buffer is written (not yet fsynced) whenever it reaches this size.
+    private static let batchWriteLimit = 1024 * 1024
     private let file: Mutex<FileState>
 
     /// Opens (appending to) or creates `path`, creating its parent directories.
@@ -101,26 +105,42 @@ public final class JSONLinesSink: ClosingSink {
 
     /// Appends the batch, rotating when a line would take the file past `rotateBytes`.
     public func consume(_ batch: [Envelope]) {
+        consume(batches: [batch])
+    }
+
+    /// Appends every batch, each line serialised straight into the sink's reused buffer; with
+    /// `fsync: batch` all of them are written and fsynced once at the end of the call (the
+    /// pipeline hands over everything it took from the queue in one call), so once this returns
+    /// every line is durable.
+    public func consume(batches: [[Envelope]]) {
         file.withLock { state in
-            var line: [UInt8] = []
-            line.reserveCapacity(512)
-            for envelope in batch {
-                line.removeAll(keepingCapacity: true)
-                envelope.appendJSON(to: &line)
-                line.append(10)
-                let size = line.count
-                if state.size + state.buffer.count + size > rotateBytes && state.size + state.buffer.count > 0 {
-                    state.write(sync: fsync != .never)
-                    state.rotate(path, keep: keep)
-                }
-                state.buffer.append(contentsOf: line)
-                switch fsync {
-                case .always: state.write(sync: true)
-                case .batch: break
-                case .never: if state.buffer.count >= Self.bufferLimit { state.write(sync: false) }
-                }
+            for batch in batches {
+                for envelope in batch { append(envelope, to: &state) }
             }
             if fsync == .batch { state.write(sync: true) }
+        }
+    }
+
+    /// Serialises one line at the end of the buffer, rotating first when it would take the file
+    /// past `rotateBytes`, and writes according to the fsync policy.
+    private func append(_ envelope: Envelope, to state: inout FileState) {
+        let start = state.buffer.count
+        envelope.appendJSON(to: &state.buffer)
+        state.buffer.append(10)
+        let size = state.buffer.count - start
+        if state.size + start + size > rotateBytes && state.size + start > 0 {
+            // Rare: the line goes to the next file; what precedes it finishes this one.
+            let line = Array(state.buffer[start...])
+            state.buffer.removeSubrange(start...)
+            state.write(sync: fsync != .never)
+            state.rotate(path, keep: keep)
+            state.buffer.append(contentsOf: line)
+        }
+        switch fsync {
+        case .always: state.write(sync: true)
+        // Bounded memory for a large take; the fsync comes at the end of the call.
+        case .batch: if state.buffer.count >= Self.batchWriteLimit { state.write(sync: false) }
+        case .never: if state.buffer.count >= Self.bufferLimit { state.write(sync: false) }
         }
     }
 

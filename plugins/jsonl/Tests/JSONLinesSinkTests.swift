@@ -126,4 +126,23 @@ struct JSONLinesSinkTests {
             _ = try registry.make(type: "jsonl", context: SinkContext(options: ["path": "/proc/nope/x.jsonl"], path: "$.sinks[1]"))
         }
     }
+
+    @Test("consume(batches:) writes every line of every batch in order, rotating across batches, for each fsync policy")
+    func batchesInOneCall() throws {
+        for policy in JSONLinesSink.FsyncPolicy.allCases {
+            let dir = tempDirectory()
+            let path = dir + "/events.jsonl"
+            let lineBytes = envelope(100).jsonLine.utf8.count + 1
+            let sink = try JSONLinesSink(path: path, rotateBytes: lineBytes * 25, keep: 5, fsync: policy)
+            let sent = (100..<160).map { envelope(UInt64($0)) }
+            sink.consume(batches: [Array(sent[..<7]), Array(sent[7..<40]), [], Array(sent[40...])])
+            if policy == .never { sink.flush() }
+            // Lines of the same length: 25 per file, so 60 lines are files of 25, 25 and 10.
+            #expect(sink.rotations == 2)
+            let files = [path + ".2", path + ".1", path].map(lines)
+            #expect(files.map(\.count) == [25, 25, 10])
+            #expect(files.flatMap { $0 } == sent.map(\.jsonLine))
+            #expect(sink.writeErrors == 0)
+        }
+    }
 }

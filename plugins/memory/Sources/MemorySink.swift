@@ -65,9 +65,7 @@ public final class MemorySink: EventSink {
     public func consume(_ batch: [Envelope]) {
         guard !batch.isEmpty else { return }
         let limits = Limits(capacity: capacity, durationSamples: durationSamples, maxRuns: maxRuns, maxPlacements: maxPlacements)
-        state.withLock { state in
-            for envelope in batch { state.add(envelope, limits: limits) }
-        }
+        state.withLock { state in state.add(batch, limits: limits) }
         let handlers = subscribers.withLock { Array($0.handlers.values) }
         for handler in handlers { handler(batch) }
     }
@@ -142,7 +140,7 @@ public final class MemorySink: EventSink {
         state.withLock { state in
             guard let aggregate = state.runs[id] else { return nil }
             return RunDetail(summary: aggregate.summary(id: id), placements: aggregate.placementSummaries(),
-                             eventsByName: aggregate.names)
+                             eventsByName: aggregate.eventsByName)
         }
     }
 
@@ -324,15 +322,24 @@ private struct MemoryState: ~Copyable {
     var ring = Ring()
     var runs: [String: RunAggregate] = [:]
 
-    mutating func add(_ e: Envelope, limits: Limits) {
-        ring.append(e, capacity: limits.capacity)
-        if runs[e.run] == nil {
-            if runs.count >= limits.maxRuns, let oldest = runs.filter({ $0.key != "live" }).min(by: { $0.value.lastTs < $1.value.lastTs })?.key {
-                runs.removeValue(forKey: oldest)
+    /// Stores a batch: each envelope into the ring, and into its run's aggregate, looked up once
+    /// per stretch of consecutive events of the same run (not once per event).
+    mutating func add(_ batch: [Envelope], limits: Limits) {
+        var i = 0
+        while i < batch.count {
+            let run = batch[i].run
+            var end = i + 1
+            while end < batch.count, batch[end].run == run { end += 1 }
+            if runs[run] == nil {
+                if runs.count >= limits.maxRuns, let oldest = runs.filter({ $0.key != "live" }).min(by: { $0.value.lastTs < $1.value.lastTs })?.key {
+                    runs.removeValue(forKey: oldest)
+                }
+                runs[run] = RunAggregate(firstTs: batch[i].ts)
             }
-            runs[e.run] = RunAggregate(firstTs: e.ts)
+            runs[run]!.add(batch[i..<end], limits: limits)
+            for k in i..<end { ring.append(batch[k], capacity: limits.capacity) }
+            i = end
         }
-        runs[e.run]?.add(e, limits: limits)
     }
 }
 
@@ -367,16 +374,33 @@ private struct RunAggregate {
     var events = 0
     var fetches = 0
     var errors = 0
-    var names: [String: Int] = [:]
+    /// Events by name (counted by the enum: no string hashing per event).
+    var names: [EventName: Int] = [:]
     var placements: [String: PlacementAggregate] = [:]
 
     init(firstTs: Double) { self.firstTs = firstTs; self.lastTs = firstTs }
 
-    mutating func add(_ e: Envelope, limits: Limits) {
+    /// Adds consecutive events of this run; counts by name are summed over runs of the same name
+    /// before they touch the dictionary.
+    mutating func add(_ stretch: ArraySlice<Envelope>, limits: Limits) {
+        var pending: (name: EventName, count: Int)?
+        for e in stretch {
+            if let p = pending, p.name == e.name {
+                pending = (p.name, p.count + 1)
+            } else {
+                if let p = pending { names[p.name, default: 0] += p.count }
+                pending = (e.name, 1)
+            }
+            add(e, limits: limits)
+        }
+        if let p = pending { names[p.name, default: 0] += p.count }
+    }
+
+    /// Everything but the count by name.
+    private mutating func add(_ e: Envelope, limits: Limits) {
         events += 1
         firstTs = min(firstTs, e.ts)
         lastTs = max(lastTs, e.ts)
-        names[e.name.rawValue, default: 0] += 1
         switch e.name {
         case .fetchEnd:
             fetches += 1
@@ -398,6 +422,11 @@ private struct RunAggregate {
         default:
             break
         }
+    }
+
+    /// Events seen by name, keyed by the name as written.
+    var eventsByName: [String: Int] {
+        Dictionary(uniqueKeysWithValues: names.map { ($0.key.rawValue, $0.value) })
     }
 
     func placementKey(_ placement: String, limits: Limits) -> String {

@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import Synchronization
 
 /// The `metrics` sink: turns events into the Prometheus metrics of events-and-metrics.md and
 /// renders them for `/metrics`.
@@ -98,6 +99,8 @@ public final class MetricsSink: EventSink {
     let queueDepth: GaugeFamily
     /// `flowscope_events_total{name}`, one pre-created series per event name.
     let eventCounters: [EventName: Counter]
+    /// Series already looked up, by family and raw label values (see `SeriesHandles`).
+    private let handles = Mutex(SeriesHandles())
 
     /// A sink with the spec's families registered in a fresh registry and `flowscope_build_info{version}` set to 1.
     /// Throws when `options` are out of range (a placement limit below 1, buckets not increasing).
@@ -146,9 +149,13 @@ public final class MetricsSink: EventSink {
         Exposition.negotiate(accept: accept)
     }
 
-    /// Updates the metrics from a batch of events.
+    /// Updates the metrics from a batch of events. Series are found through the sink's handle
+    /// cache (one lock per batch; no label arrays built and no family lock taken for a series seen
+    /// before), then incremented with one atomic add.
     public func consume(_ batch: [Envelope]) {
-        for event in batch { record(event) }
+        handles.withLock { handles in
+            for event in batch { record(event, &handles) }
+        }
     }
 
     /// Nothing to make durable: metrics live in memory.
@@ -167,37 +174,44 @@ public final class MetricsSink: EventSink {
         registry.withRendered(format: format, body)
     }
 
-    func record(_ e: Envelope) {
-        eventCounters[e.name]?.inc()
+    func record(_ e: Envelope, _ h: inout SeriesHandles) {
+        h.events(e.name, eventCounters)?.inc()
         let placement = e.placement ?? ""
         switch e.name {
         case .fetchEnd:
             let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
             let source = Self.text(e.attrs["source"]).flatMap { $0.isEmpty ? nil : $0 } ?? "none"
-            fetches.labels(placement, Self.label(e.attrs["call"]), source, failed ? "error" : "success").inc()
-            if let d = Self.duration(e.attrs["duration"]) { fetchDuration.labels(placement, source).observe(d) }
-            if e.attrs["targetingLost"]?.boolValue == true { targetingLost.labels(placement).inc() }
-        case .cacheHit: cacheLookups.labels(placement, "hit").inc()
-        case .cacheMiss: cacheLookups.labels(placement, "miss").inc()
-        case .cacheExpired: cacheLookups.labels(placement, "expired").inc()
+            let call = Self.label(e.attrs["call"]), outcome = failed ? "error" : "success"
+            h.counter(SeriesKey(.fetches, placement, call, source, outcome), fetches).inc()
+            if let d = Self.duration(e.attrs["duration"]) {
+                h.histogram(SeriesKey(.fetchDuration, placement, source), fetchDuration).observe(d)
+            }
+            if e.attrs["targetingLost"]?.boolValue == true {
+                h.counter(SeriesKey(.targetingLost, placement), targetingLost).inc()
+            }
+        case .cacheHit: h.counter(SeriesKey(.cacheLookups, placement, "hit"), cacheLookups).inc()
+        case .cacheMiss: h.counter(SeriesKey(.cacheLookups, placement, "miss"), cacheLookups).inc()
+        case .cacheExpired: h.counter(SeriesKey(.cacheLookups, placement, "expired"), cacheLookups).inc()
         case .timeout:
-            timeouts.labels(placement, Self.label(e.attrs["stage"])).inc()
+            h.counter(SeriesKey(.timeouts, placement, Self.label(e.attrs["stage"])), timeouts).inc()
         case .fallback:
-            fallbacks.labels(placement, Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])).inc()
+            h.counter(SeriesKey(.fallbacks, placement, Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])), fallbacks).inc()
         case .preloadEnd:
             // Sorted, so that which placements fold into `_other` does not depend on hash order.
             for (failedPlacement, code) in (e.attrs["failed"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
-                preloadErrors.labels(failedPlacement, Self.label(code)).inc()
+                h.counter(SeriesKey(.preloadErrors, failedPlacement, Self.label(code)), preloadErrors).inc()
             }
         case .requestEnd:
             let kind = Self.label(e.attrs["kind"])
-            requests.labels(kind, Self.label(e.attrs["outcome"])).inc()
-            if let d = Self.duration(e.attrs["duration"]) { requestDuration.labels(kind).observe(d) }
+            h.counter(SeriesKey(.requests, kind, Self.label(e.attrs["outcome"])), requests).inc()
+            if let d = Self.duration(e.attrs["duration"]) {
+                h.histogram(SeriesKey(.requestDuration, kind), requestDuration).observe(d)
+            }
         case .assetsPrefetchEnd:
             if let bytes = e.attrs["bytes"]?.intValue, bytes > 0 { assetsBytes.add(UInt64(bytes)) }
         case .sinkDropped:
             if let count = e.attrs["count"]?.intValue, count > 0 {
-                eventsDropped.labels(Self.label(e.attrs["sink"])).add(UInt64(count))
+                h.counter(SeriesKey(.eventsDropped, Self.label(e.attrs["sink"])), eventsDropped).add(UInt64(count))
             }
         default:
             break
@@ -220,5 +234,81 @@ public final class MetricsSink: EventSink {
     static func duration(_ value: JSONValue?) -> Double? {
         guard let d = value?.numberValue, d.isFinite, d >= 0 else { return nil }
         return d
+    }
+}
+
+/// Which family a cached series belongs to.
+enum SeriesFamily: UInt8 {
+    case fetches, fetchDuration, cacheLookups, timeouts, fallbacks, targetingLost, preloadErrors, requests,
+         requestDuration, eventsDropped
+}
+
+/// A series as the sink looks it up: its family and its label values, in the family's order, as
+/// they came in the event (before any folding into `_other`, which the family decides once and
+/// for good).
+struct SeriesKey: Hashable {
+    var family: SeriesFamily
+    var a: String
+    var b: String
+    var c: String
+    var d: String
+    var count: Int
+
+    init(_ family: SeriesFamily, _ a: String, _ b: String? = nil, _ c: String? = nil, _ d: String? = nil) {
+        self.family = family
+        self.a = a; self.b = b ?? ""; self.c = c ?? ""; self.d = d ?? ""
+        count = d != nil ? 4 : c != nil ? 3 : b != nil ? 2 : 1
+    }
+
+    /// The label values, for the family lookup on a miss.
+    var values: [String] { Array([a, b, c, d].prefix(count)) }
+}
+
+/// The metrics sink's series handles: a dictionary from `SeriesKey` to the series, and the last
+/// series used (events of a burst usually hit the same one: then no hashing at all). Bounded:
+/// it is emptied when it reaches `limit` entries (the families themselves stay bounded by their
+/// value limits; only the shortcut is lost).
+struct SeriesHandles {
+    static let limit = 4096
+    var counters: [SeriesKey: Counter] = [:]
+    var histograms: [SeriesKey: Histogram] = [:]
+    var lastCounter: (key: SeriesKey, series: Counter)?
+    var lastHistogram: (key: SeriesKey, series: Histogram)?
+    var lastEvent: (name: EventName, series: Counter)?
+
+    /// The `flowscope_events_total` series of `name`.
+    mutating func events(_ name: EventName, _ all: [EventName: Counter]) -> Counter? {
+        if let last = lastEvent, last.name == name { return last.series }
+        guard let series = all[name] else { return nil }
+        lastEvent = (name, series)
+        return series
+    }
+
+    mutating func counter(_ key: SeriesKey, _ family: CounterFamily) -> Counter {
+        if let last = lastCounter, last.key == key { return last.series }
+        let series: Counter
+        if let known = counters[key] {
+            series = known
+        } else {
+            series = family.labels(key.values)
+            if counters.count >= Self.limit { counters.removeAll(keepingCapacity: true) }
+            counters[key] = series
+        }
+        lastCounter = (key, series)
+        return series
+    }
+
+    mutating func histogram(_ key: SeriesKey, _ family: HistogramFamily) -> Histogram {
+        if let last = lastHistogram, last.key == key { return last.series }
+        let series: Histogram
+        if let known = histograms[key] {
+            series = known
+        } else {
+            series = family.labels(key.values)
+            if histograms.count >= Self.limit { histograms.removeAll(keepingCapacity: true) }
+            histograms[key] = series
+        }
+        lastHistogram = (key, series)
+        return series
     }
 }

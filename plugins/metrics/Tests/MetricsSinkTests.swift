@@ -199,6 +199,31 @@ struct MetricsSinkTests {
         #expect(requests[#"flowscope_requests_total{kind="_other",outcome="success"}"#] == String(1000 - MetricsSink.attributeValueLimit))
     }
 
+    @Test("Counts stay exact through the series-handle cache: interleaved series, repeats, and more keys than the cache holds")
+    func handleCacheExact() throws {
+        let sink = try MetricsSink(options: .init(placementLimit: 50), version: "test")
+        var s = EventStream()
+        // 6,000 distinct placements (past the cache's 4,096 entries and the 50-placement limit),
+        // each hit once, then again interleaved with misses; plus runs of the same series.
+        for i in 0..<6000 { s.add(.cacheHit, "p\(i)") }
+        for i in 0..<6000 { s.add(.cacheHit, "p\(i)"); s.add(.cacheMiss, "p\(i % 7)") }
+        for _ in 0..<500 { s.add(.fetchEnd, "p1", ["call": "getFlow", "source": "cache", "duration": 0.02]) }
+        for (i, part) in stride(from: 0, to: s.envelopes.count, by: 997).enumerated() {
+            let batch = Array(s.envelopes[part..<min(part + 997, s.envelopes.count)])
+            if i % 2 == 0 { sink.consume(batch) } else { sink.consume(batches: [Array(batch.prefix(10)), Array(batch.dropFirst(10))]) }
+        }
+        let all = samples(String(decoding: sink.render(), as: UTF8.self))
+        let lookups = samples(all, named: "flowscope_cache_lookups_total")
+        func value(_ key: String) -> Int { Int(lookups[key] ?? "") ?? -1 }
+        // p0...p49 are kept (seen first); every other placement folds into _other.
+        #expect(value(#"flowscope_cache_lookups_total{placement="p1",result="hit"}"#) == 2)
+        #expect(value(#"flowscope_cache_lookups_total{placement="_other",result="hit"}"#) == 2 * 5950)
+        #expect(value(#"flowscope_cache_lookups_total{placement="p3",result="miss"}"#) == (0..<6000).filter { $0 % 7 == 3 }.count)
+        #expect(lookups.values.compactMap { Int($0) }.reduce(0, +) == 18_000)
+        #expect(all[#"flowscope_fetch_duration_seconds_count{placement="p1",source="cache"}"#] == "500")
+        #expect(all[#"flowscope_events_total{name="cache.hit"}"#] == "12000")
+    }
+
     @Test("Malformed attributes are tolerated: missing labels become unknown, bad numbers are ignored")
     func malformedAttributes() throws {
         let sink = try MetricsSink(version: "1")
