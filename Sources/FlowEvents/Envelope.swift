@@ -16,10 +16,10 @@ public struct Envelope: Sendable {
     public var span: SpanID
     public var name: EventName
     public var placement: String?
-    public var attrs: [String: JSONValue]
+    public var attrs: EventAttributes
 
     public init(seq: UInt64, ts: Double, t: Double, run: String, trace: TraceID, span: SpanID,
-                name: EventName, placement: String?, attrs: [String: JSONValue]) {
+                name: EventName, placement: String?, attrs: EventAttributes) {
         self.seq = seq; self.ts = ts; self.t = t; self.run = run; self.trace = trace; self.span = span
         self.name = name; self.placement = placement; self.attrs = attrs
     }
@@ -27,7 +27,7 @@ public struct Envelope: Sendable {
     /// Stamps an engine event.
     public init(_ event: EngineEvent, seq: UInt64, ts: Double, run: String) {
         self.init(seq: seq, ts: ts, t: event.t, run: run, trace: event.trace, span: event.span,
-                  name: event.name, placement: event.placement, attrs: event.attrs.dictionary)
+                  name: event.name, placement: event.placement, attrs: event.attrs)
     }
 
     /// The envelope as one line of compact JSON (no trailing newline), fields in the spec's order.
@@ -57,7 +57,7 @@ public struct Envelope: Sendable {
         out += "\",\"placement\":"
         if let placement { JSONWriter.writeString(placement, to: &out) } else { out += "null" }
         out += ",\"attrs\":"
-        JSONWriter.write(.object(attrs), to: &out)
+        attrs.appendJSON(to: &out)
         out += "}"
     }
 
@@ -83,7 +83,7 @@ public struct Envelope: Sendable {
         ByteJSON.literal(#"","placement":"#, to: &out)
         if let placement { ByteJSON.string(placement, to: &out) } else { ByteJSON.literal("null", to: &out) }
         ByteJSON.literal(#","attrs":"#, to: &out)
-        ByteJSON.object(attrs, to: &out)
+        ByteJSON.attributes(attrs, to: &out)
         out.append(UInt8(ascii: "}"))
     }
 
@@ -92,7 +92,7 @@ public struct Envelope: Sendable {
         [
             "seq": .number(Double(seq)), "ts": .string(ISO8601.format(ts)), "t": .number(t), "run": .string(run),
             "trace": .string(trace.hex), "span": .string(span.hex), "name": .string(name.rawValue),
-            "placement": placement.map(JSONValue.string) ?? .null, "attrs": .object(attrs),
+            "placement": placement.map(JSONValue.string) ?? .null, "attrs": attrs.jsonValue,
         ]
     }
 }
@@ -190,6 +190,20 @@ enum ByteJSON {
                 out.append(UInt8(ascii: ":"))
                 value(member.value, to: &out)
             }
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Appends event attributes as an object with sorted keys.
+    static func attributes(_ attrs: EventAttributes, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        attrs.forEachSorted { key, member in
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            string(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            value(member, to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }

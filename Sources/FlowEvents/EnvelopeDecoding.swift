@@ -82,7 +82,7 @@ extension Envelope {
             }
             attrs = o
         }
-        self.init(seq: seq, ts: ts, t: t, run: run, trace: trace, span: span, name: name, placement: placement, attrs: attrs)
+        self.init(seq: seq, ts: ts, t: t, run: run, trace: trace, span: span, name: name, placement: placement, attrs: EventAttributes(attrs))
     }
 
     /// Reads a list of envelope objects (a `POST /api/ingest` JSON array); errors name `$[i]...`.

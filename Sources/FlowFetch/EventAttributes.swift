@@ -72,6 +72,56 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
         pairs.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
     }
 
+    /// Calls `body` with each attribute in ascending name order (the order they are written in),
+    /// without allocating for up to 16 attributes.
+    public func forEachSorted(_ body: (String, JSONValue) -> Void) {
+        let n = pairs.count
+        guard n <= 16 else {
+            for p in pairs.sorted(by: { $0.key < $1.key }) { body(p.key, p.value) }
+            return
+        }
+        withUnsafeTemporaryAllocation(of: Int.self, capacity: Swift.max(n, 1)) { order in
+            // Insertion sort of indices: attribute lists are short.
+            for i in 0..<n {
+                var at = i
+                while at > 0, pairs[i].key < pairs[order[at - 1]].key {
+                    order[at] = order[at - 1]
+                    at -= 1
+                }
+                order[at] = i
+            }
+            for k in 0..<n { body(pairs[order[k]].key, pairs[order[k]].value) }
+        }
+    }
+
+    /// Appends the attributes as a compact JSON object, keys sorted (as `JSONWriter` writes objects).
+    public func appendJSON(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        forEachSorted { key, value in
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            JSONWriter.writeString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            JSONWriter.write(value, to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Appends the attributes as a compact JSON object, keys sorted.
+    public func appendJSON(to out: inout String) {
+        out += "{"
+        var first = true
+        forEachSorted { key, value in
+            if !first { out += "," }
+            first = false
+            JSONWriter.writeString(key, to: &out)
+            out += ":"
+            JSONWriter.write(value, to: &out)
+        }
+        out += "}"
+    }
+
     /// Attributes in the order they were set.
     public func makeIterator() -> some IteratorProtocol<Element> {
         pairs.lazy.map { (key: $0.key, value: $0.value) }.makeIterator()

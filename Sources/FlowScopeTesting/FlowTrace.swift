@@ -47,7 +47,7 @@ public final class FlowTraceRecorder: Sendable {
     public var envelopes: [Envelope] { envelopeStore.withLock { $0 } }
     /// Every engine event recorded so far, in order.
     public var events: [EngineEvent] {
-        envelopes.map { EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: EventAttributes($0.attrs)) }
+        envelopes.map { EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs) }
     }
     /// The recorded calls, with their requests and events.
     public var timeline: FlowTimeline { FlowTimeline(events: events) }

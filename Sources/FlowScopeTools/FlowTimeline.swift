@@ -180,7 +180,7 @@ extension FlowTimeline {
     /// Groups envelopes (a trace file) the same way.
     public init(envelopes: [Envelope]) {
         self.init(events: envelopes.map {
-            EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: EventAttributes($0.attrs))
+            EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs)
         })
     }
 }

@@ -69,7 +69,7 @@ struct EnvelopeWritingTests {
             let envelope = Envelope(seq: rng.next() >> 1, ts: Double(rng.next() % 4_000_000_000) + 0.25, t: Double(i) / 7,
                                     run: text(), trace: TraceID(high: rng.next(), low: rng.next()), span: SpanID(raw: rng.next()),
                                     name: names[Int(rng.next() % UInt64(names.count))],
-                                    placement: rng.next() % 4 == 0 ? nil : text(), attrs: attrs)
+                                    placement: rng.next() % 4 == 0 ? nil : text(), attrs: EventAttributes(attrs))
             var bytes: [UInt8] = [1, 2]
             envelope.appendJSON(to: &bytes)
             #expect(Array(bytes.dropFirst(2)) == Array(envelope.jsonLine.utf8), "envelope \(i)")

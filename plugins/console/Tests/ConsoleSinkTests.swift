@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 func envelope(_ name: EventName, t: Double, run: String = "live", placement: String? = "main_paywall",
-              attrs: [String: JSONValue] = [:]) -> Envelope {
+              attrs: EventAttributes = [:]) -> Envelope {
     Envelope(seq: 1, ts: 0, t: t, run: run, trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1), name: name,
              placement: placement, attrs: attrs)
 }

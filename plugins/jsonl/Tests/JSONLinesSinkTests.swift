@@ -11,7 +11,7 @@ func tempDirectory() -> String {
     return dir
 }
 
-func envelope(_ seq: UInt64, attrs: [String: JSONValue] = ["stage": "targeted", "budget": 4.5]) -> Envelope {
+func envelope(_ seq: UInt64, attrs: EventAttributes = ["stage": "targeted", "budget": 4.5]) -> Envelope {
     Envelope(seq: seq, ts: 1_764_670_272.345678, t: Double(seq) / 10, run: "test:rotation \"quoted\"",
              trace: TraceID(high: 0x4bf9_2f35_77b3_4da6, low: 0xa3ce_929d_0e0e_4736), span: SpanID(raw: 0x00f0_67aa_0ba9_02b7),
              name: .timeout, placement: seq % 2 == 0 ? "main_paywall" : nil, attrs: attrs)

@@ -8,14 +8,14 @@ import Testing
 
 
 func envelope(_ seq: UInt64, _ name: EventName, run: String = "live", placement: String? = "main_paywall",
-              ts: Double? = nil, attrs: [String: JSONValue] = [:]) -> Envelope {
+              ts: Double? = nil, attrs: EventAttributes = [:]) -> Envelope {
     Envelope(seq: seq, ts: ts ?? 1_700_000_000 + Double(seq), t: Double(seq), run: run,
              trace: TraceID(high: 1, low: seq), span: SpanID(raw: seq + 1), name: name, placement: placement, attrs: attrs)
 }
 
 func fetchEnd(_ seq: UInt64, run: String = "live", placement: String = "main_paywall", source: String? = "network",
               duration: Double, targetingLost: Bool = false, errorCode: Int? = nil) -> Envelope {
-    var attrs: [String: JSONValue] = ["call": "getFlow", "duration": .number(duration), "targetingLost": .bool(targetingLost)]
+    var attrs: EventAttributes = ["call": "getFlow", "duration": .number(duration), "targetingLost": .bool(targetingLost)]
     if let source { attrs["source"] = .string(source) }
     if let errorCode { attrs["errorCode"] = .number(Double(errorCode)) }
     return envelope(seq, .fetchEnd, run: run, placement: placement, attrs: attrs)

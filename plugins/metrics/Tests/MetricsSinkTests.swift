@@ -10,7 +10,7 @@ struct EventStream {
     var envelopes: [Envelope] = []
     let trace = TraceID(high: 0x4bf9_2f35_77b3_4da6, low: 0xa3ce_929d_0e0e_4736)
 
-    mutating func add(_ name: EventName, _ placement: String? = nil, _ attrs: [String: JSONValue] = [:]) {
+    mutating func add(_ name: EventName, _ placement: String? = nil, _ attrs: EventAttributes = [:]) {
         let seq = UInt64(envelopes.count + 1)
         envelopes.append(Envelope(seq: seq, ts: 1_800_000_000 + Double(seq), t: Double(seq) / 10, run: "test",
                                   trace: trace, span: SpanID(trace: trace, index: seq), name: name,

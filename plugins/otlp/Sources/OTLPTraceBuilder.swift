@@ -174,9 +174,9 @@ public struct OTLPTraceBuilder: Sendable {
             if t.spans[e.span] == nil {
                 let isStage = e.name == .fetchStart || e.name == .preloadStart
                 if isStage, t.root == nil, t.inheritedRoot == nil { t.root = e.span }
-                t.spans[e.span] = SpanState(id: e.span, parent: nil, startName: e.name, name: Self.spanName(e, attrs: e.attrs),
+                t.spans[e.span] = SpanState(id: e.span, parent: nil, startName: e.name, name: Self.spanName(e, attrs: e.attrs.dictionary),
                                             kind: e.name == .requestStart ? .client : .internal, start: e.ts, end: nil,
-                                            placement: e.placement, attrs: e.attrs)
+                                            placement: e.placement, attrs: e.attrs.dictionary)
                 t.spanOrder.append(e.span)
                 t.openSpans += 1
             } else {
@@ -184,7 +184,7 @@ public struct OTLPTraceBuilder: Sendable {
             }
         } else if let startName = Self.endOf[e.name], var s = t.spans[e.span], s.startName == startName, s.end == nil {
             s.end = e.ts
-            s.attrs.merge(e.attrs) { _, new in new }
+            s.attrs.merge(e.attrs.dictionary) { _, new in new }
             if s.placement == nil { s.placement = e.placement }
             if e.name == .requestEnd, s.name == "request" { s.name = Self.spanName(e, attrs: s.attrs) }
             s.status = Self.status(e)
@@ -194,9 +194,9 @@ public struct OTLPTraceBuilder: Sendable {
         } else if let startName = Self.endOf[e.name], t.spans[e.span] == nil {
             // An end without its start (the start was dropped): a span of its own, from its duration.
             let duration = e.attrs["duration"]?.numberValue ?? 0
-            var s = SpanState(id: e.span, parent: nil, startName: startName, name: Self.spanName(e, attrs: e.attrs),
+            var s = SpanState(id: e.span, parent: nil, startName: startName, name: Self.spanName(e, attrs: e.attrs.dictionary),
                               kind: e.name == .requestEnd ? .client : .internal, start: e.ts - max(0, duration), end: e.ts,
-                              placement: e.placement, attrs: e.attrs)
+                              placement: e.placement, attrs: e.attrs.dictionary)
             s.status = Self.status(e)
             s.attrs["flowscope.incomplete"] = true
             t.spans[e.span] = s
@@ -372,7 +372,7 @@ public struct OTLPTraceBuilder: Sendable {
     }
 
     private static func event(_ e: Envelope) -> OTLPSpan.Event {
-        var attrs = e.attrs
+        var attrs = e.attrs.dictionary
         if let placement = e.placement, attrs["placement"] == nil { attrs["placement"] = .string(placement) }
         return OTLPSpan.Event(name: e.name.rawValue, timeUnixNano: unixNanos(e.ts), attributes: attrs)
     }

@@ -114,7 +114,7 @@ struct OTLPTraceBuilderTests {
         var builder = OTLPTraceBuilder()
         for e in sampleStream() where e.trace == getFlowTrace { _ = builder.add(e, now: 0) }
         let prefetch = SpanID(trace: getFlowTrace, index: 9)
-        func late(_ name: EventName, _ span: SpanID, _ attrs: [String: JSONValue]) -> Envelope {
+        func late(_ name: EventName, _ span: SpanID, _ attrs: EventAttributes) -> Envelope {
             Envelope(seq: 100, ts: 1_796_000_006, t: 6, run: "live", trace: getFlowTrace, span: span, name: name,
                      placement: "main_paywall", attrs: attrs)
         }

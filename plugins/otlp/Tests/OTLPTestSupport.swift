@@ -11,7 +11,7 @@ struct StreamBuilder {
     let base = 1_796_000_000.0
 
     mutating func add(_ name: EventName, at offset: Double, trace: TraceID, span: SpanID, placement: String?,
-                      _ attrs: [String: JSONValue] = [:]) {
+                      _ attrs: EventAttributes = [:]) {
         seq += 1
         events.append(Envelope(seq: seq, ts: base + offset, t: offset, run: "live", trace: trace, span: span,
                                name: name, placement: placement, attrs: attrs))

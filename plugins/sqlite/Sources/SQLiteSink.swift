@@ -254,7 +254,7 @@ public final class SQLiteSink: EventSink {
             stmt.bind(7, e.name.rawValue)
             stmt.bind(8, e.placement)
             attrs.removeAll(keepingCapacity: true)
-            JSONWriter.write(.object(e.attrs), to: &attrs)
+            e.attrs.appendJSON(to: &attrs)
             stmt.bind(9, attrs)
             let rc = sqlite3_step(stmt.raw)
             if rc != SQLITE_DONE {
@@ -348,7 +348,7 @@ public final class SQLiteSink: EventSink {
                       let span = stmt.text(5).flatMap(SpanID.init(hex:)), let name = stmt.text(6).flatMap(EventName.init(rawValue:)),
                       let attrs = stmt.text(8).flatMap(decodeAttrs) else { continue }
                 out.append(Envelope(seq: UInt64(bitPattern: stmt.int64(0)), ts: stmt.double(1), t: stmt.double(2), run: runText,
-                                    trace: trace, span: span, name: name, placement: stmt.text(7), attrs: attrs))
+                                    trace: trace, span: span, name: name, placement: stmt.text(7), attrs: EventAttributes(attrs)))
             }
             if since == nil { out.reverse() }
             return out
@@ -430,7 +430,7 @@ public enum SQLiteBaseline {
             sqlite3_bind_text(stmt, 7, e.name.rawValue, -1, sqliteTransient)
             if let p = e.placement { sqlite3_bind_text(stmt, 8, p, -1, sqliteTransient) } else { sqlite3_bind_null(stmt, 8) }
             attrs.removeAll(keepingCapacity: true)
-            JSONWriter.write(.object(e.attrs), to: &attrs)
+            e.attrs.appendJSON(to: &attrs)
             sqlite3_bind_text(stmt, 9, attrs, -1, sqliteTransient)
             guard sqlite3_step(stmt) == SQLITE_DONE else {
                 let message = String(cString: sqlite3_errmsg(db))

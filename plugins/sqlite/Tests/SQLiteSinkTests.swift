@@ -25,7 +25,7 @@ let traceA = TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")!
 let spanA = SpanID(hex: "00f067aa0ba902b7")!
 
 func envelope(_ seq: UInt64, ts: Double = 1_796_000_000, run: String = "live", name: EventName = .fetchStart,
-              placement: String? = "main_paywall", attrs: [String: JSONValue] = [:]) -> Envelope {
+              placement: String? = "main_paywall", attrs: EventAttributes = [:]) -> Envelope {
     Envelope(seq: seq, ts: ts, t: Double(seq) * 0.25, run: run, trace: TraceID(high: seq + 1, low: seq * 7 + 3),
              span: SpanID(raw: seq * 13 + 5), name: name, placement: placement, attrs: attrs)
 }
@@ -45,7 +45,7 @@ struct SQLiteSinkTests {
         ]
         let original = [
             Envelope(seq: 1, ts: 1_796_000_000.123456, t: 4.5, run: "test – ünïcödé 🚀", trace: traceA, span: spanA,
-                     name: .timeout, placement: "плейсмент", attrs: nested),
+                     name: .timeout, placement: "плейсмент", attrs: EventAttributes(nested)),
             Envelope(seq: 2, ts: 1_796_000_001.5, t: 0, run: "live", trace: traceA, span: spanA, name: .cacheMiss,
                      placement: nil, attrs: [:]),
         ]
