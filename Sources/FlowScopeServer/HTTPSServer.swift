@@ -247,7 +247,18 @@ final class ServerContext: Sendable {
     /// own timeout works).
     let handshake: HandshakeDeadline?
     private let streams = Mutex<[ObjectIdentifier: SSEStream]>([:])
-    private let lastLog = Mutex<String?>(nil)
+    private let logState = Mutex(LogState())
+
+    /// The last diagnostic, and how repeats are folded: libmicrohttpd logs one line per refused
+    /// connection, so a flood of connections beyond the limits would otherwise write a line each.
+    private struct LogState {
+        var last: String?
+        var lastWritten: ContinuousClock.Instant?
+        var repeats = 0
+    }
+
+    /// A line repeated within this interval of its last write is counted, not written.
+    static let logRepeatInterval = Duration.seconds(1)
 
     init(config: ServerConfig, router: Router) {
         self.router = router
@@ -264,12 +275,28 @@ final class ServerContext: Sendable {
         for stream in streams.withLock({ Array($0.values) }) { stream.close(dropped: false) }
     }
 
+    /// Passes a diagnostic on to `config.log`, folding repeats of the same line: within
+    /// `logRepeatInterval` of its last write a repeat is only counted; the next line written says how
+    /// many were folded.
     func record(log line: String) {
-        lastLog.withLock { $0 = line }
+        let now = ContinuousClock.now
+        let (write, folded) = logState.withLock { state -> (Bool, Int) in
+            defer { state.last = line }
+            if line == state.last, let written = state.lastWritten, now - written < Self.logRepeatInterval {
+                state.repeats += 1
+                return (false, 0)
+            }
+            let folded = state.repeats
+            state.repeats = 0
+            state.lastWritten = now
+            return (true, folded)
+        }
+        guard write else { return }
+        if folded > 0 { log("(the previous message repeated \(folded) more times)") }
         log(line)
     }
 
-    func lastLogLine() -> String? { lastLog.withLock { $0 } }
+    func lastLogLine() -> String? { logState.withLock { $0.last } }
 
     // MARK: request handling (on a daemon worker thread)
 
@@ -351,9 +378,10 @@ final class ServerContext: Sendable {
     }
 
     private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
-        var bytes = response.bodyBytes
-        let created = bytes.withUnsafeMutableBytes {
-            MHD_create_response_from_buffer($0.count, $0.baseAddress, .RESPMEM_MUST_COPY)
+        // Read-only access: the body is copied once, by libmicrohttpd (a mutable view would first copy
+        // the array, which the response still shares).
+        let created = response.bodyBytes.withUnsafeBytes {
+            MHD_create_response_from_buffer($0.count, UnsafeMutableRawPointer(mutating: $0.baseAddress), .RESPMEM_MUST_COPY)
         }
         guard let raw = created else { return .NO }
         defer { MHD_destroy_response(raw) }

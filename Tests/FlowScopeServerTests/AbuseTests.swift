@@ -403,6 +403,37 @@ struct AbuseRealTimeTests {
         #expect(try fixture.connect().request("GET", "/healthz").status == 200)
     }
 
+    @Test("a flood of refused connections writes a few log lines that count the repeats, not one line each")
+    func refusedConnectionsLogFolded() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let lines = Mutex<[String]>([])
+        let config = ServerConfig(port: 0, tls: try TLSMaterial.loadOrCreate(stateDir: dir),
+                                  limits: ServerLimits(maxConnectionsPerIP: 1, connectionTimeoutSeconds: 10),
+                                  log: { line in lines.withLock { $0.append(line) } })
+        let server = try HTTPSServer(config: config, router: Router())
+        try server.start()
+        defer { server.stop() }
+        let kept = try TestConnection(port: server.port)
+        #expect(try kept.request("GET", "/healthz").status == 200)
+        // 200 more connections from the same address: each is refused (closed at once) and logged by libmicrohttpd.
+        for _ in 0..<200 {
+            let refused = try StalledClient(port: server.port, kind: .silent, timeout: 2)
+            #expect(refused.waitForServerClose() != nil)
+        }
+        let flood = lines.withLock { $0 }
+        usleep(1_100_000)
+        _ = try StalledClient(port: server.port, kind: .silent, timeout: 2).waitForServerClose()
+        let after = lines.withLock { $0 }
+        print("abuse.refusedConnectionsLogFolded: 201 refused connections wrote \(after.count) lines: \(after)")
+        #expect(!flood.isEmpty && flood.count <= 6, "\(flood.count) lines for 200 refusals")
+        let folded = after.compactMap { line -> Int? in
+            guard line.hasPrefix("(the previous message repeated ") else { return nil }
+            return Int(line.dropFirst("(the previous message repeated ".count).prefix { $0.isNumber })
+        }
+        #expect(folded.reduce(0, +) + after.filter { !$0.hasPrefix("(") }.count == 201, "\(after)")
+    }
+
     @Test("garbage, oversized and over-count ingest bodies are refused with JSON errors; nothing partial is accepted; memory stays bounded")
     func garbageBodies() throws {
         let stack = try DashboardFixture(limits: ServerLimits(maxBodyBytes: 1 << 20, connectionTimeoutSeconds: 30))
