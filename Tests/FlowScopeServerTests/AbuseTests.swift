@@ -249,6 +249,10 @@ struct AbuseRealTimeTests {
         #expect(stillOpen == clients)
         #expect(rssOpen - rssBefore < 768 << 20, "RSS grew by \((rssOpen - rssBefore) >> 20) MiB with \(clients) connections")
         #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+        // libmicrohttpd reports a request complete just after its last byte is sent, so the client can
+        // read the answer a moment before the count drops: allow it that moment (a leak stays > 0).
+        let settle = ContinuousClock.now + .seconds(2)
+        while fixture.server.liveRequests != 0 && ContinuousClock.now < settle { usleep(10_000) }
         #expect(fixture.server.liveRequests == 0)
     }
 
