@@ -3,6 +3,7 @@ import FlowFetch
 import FlowJSON
 import MemorySink
 import MetricsSink
+import Synchronization
 
 /// Simulation runs saved by `flowscope simulate`, shown in the dashboard next to live and test runs.
 public struct SimulationRuns: Sendable {
@@ -35,11 +36,12 @@ public enum DashboardAPI {
                               web: StaticFiles?, simulations: SimulationRuns = .none, ingestLimiter: RateLimiter,
                               limits: Limits = Limits()) -> Router {
         var router = Router()
+        let exposition = MetricsExposition(registry: metrics.registry)
         router.get("/metrics") { request in
             for stats in pipeline.stats() { metrics.setQueueDepth(sink: stats.sink, depth: stats.queueDepth) }
             let (contentType, format) = MetricsSink.negotiate(accept: request.header("accept"))
             return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")],
-                            body: metrics.render(format: format))
+                            body: exposition.render(format: format))
         }
         router.get("/api/events") { request in
             var since: UInt64?
@@ -141,5 +143,27 @@ public enum Ingest {
         } catch {
             return .failure(Failure(status: 400, message: error.description))
         }
+    }
+}
+
+/// Renders a registry for one scrape, fresh from the live series every time, into a new array.
+///
+/// The same bytes as `MetricsRegistry.render(format:)` (a test compares them), without its shared
+/// buffer: that buffer is locked for the whole render and then copied out, so concurrent scrapes on
+/// the server's worker threads waited for each other and paid one more copy of the body.
+final class MetricsExposition: Sendable {
+    let registry: MetricsRegistry
+    /// The size of the last render, to reserve the next one's array at once.
+    private let lastSize = Atomic<Int>(4096)
+
+    init(registry: MetricsRegistry) { self.registry = registry }
+
+    func render(format: MetricsSink.Format) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(lastSize.load(ordering: .relaxed) + 1024)
+        for family in registry.families { family.write(to: &out, format: format) }
+        if format == .openMetrics { out.append(contentsOf: "# EOF\n".utf8) }
+        lastSize.store(out.count, ordering: .relaxed)
+        return out
     }
 }

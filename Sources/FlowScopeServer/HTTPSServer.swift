@@ -103,6 +103,7 @@ public final class HTTPSServer: Sendable {
             let deadline = clock.now + .seconds(2)
             while context.streamCount > 0 && clock.now < deadline { usleep(2_000) }
             handle.stop()
+            context.handshake?.stop()
             if listenFD >= 0 { close(listenFD) }
         }
     }
@@ -112,6 +113,9 @@ public final class HTTPSServer: Sendable {
 
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
+
+    /// The watchdog that closes TLS connections sending no request in time (nil for plain HTTP; a test hook).
+    var handshakeDeadline: HandshakeDeadline? { context.handshake }
 }
 
 /// The listening socket, opened by us so that port 0 can be read back and IPv6 works alike.
@@ -189,6 +193,10 @@ final class DaemonHandle: @unchecked Sendable {
             MHD_OptionItem(option: .URI_LOG_CALLBACK, value: unsafeBitCast(uriLog, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
         ]
+        if context.handshake != nil {
+            let notify: MHD_NotifyConnectionCallback = mhdConnection
+            items.append(MHD_OptionItem(option: .NOTIFY_CONNECTION, value: unsafeBitCast(notify, to: Int.self), ptr_value: cls))
+        }
         if config.limits.threads > 1 {
             items.append(MHD_OptionItem(option: .THREAD_POOL_SIZE, value: config.limits.threads, ptr_value: nil))
         }
@@ -235,8 +243,22 @@ final class ServerContext: Sendable {
     let log: @Sendable (String) -> Void
     let stopping = Atomic<Bool>(false)
     let liveRequests = Atomic<Int>(0)
+    /// Closes TLS connections that send no request in time (nil for plain HTTP, where libmicrohttpd's
+    /// own timeout works).
+    let handshake: HandshakeDeadline?
     private let streams = Mutex<[ObjectIdentifier: SSEStream]>([:])
-    private let lastLog = Mutex<String?>(nil)
+    private let logState = Mutex(LogState())
+
+    /// The last diagnostic, and how repeats are folded: libmicrohttpd logs one line per refused
+    /// connection, so a flood of connections beyond the limits would otherwise write a line each.
+    private struct LogState {
+        var last: String?
+        var lastWritten: ContinuousClock.Instant?
+        var repeats = 0
+    }
+
+    /// A line repeated within this interval of its last write is counted, not written.
+    static let logRepeatInterval = Duration.seconds(1)
 
     init(config: ServerConfig, router: Router) {
         self.router = router
@@ -244,6 +266,7 @@ final class ServerContext: Sendable {
         policy = config.accessPolicy
         maxBodyBytes = config.limits.maxBodyBytes
         log = config.log
+        handshake = config.insecureHTTP ? nil : HandshakeDeadline(connectionTimeoutSeconds: config.limits.connectionTimeoutSeconds)
     }
 
     var streamCount: Int { streams.withLock { $0.count } }
@@ -252,12 +275,28 @@ final class ServerContext: Sendable {
         for stream in streams.withLock({ Array($0.values) }) { stream.close(dropped: false) }
     }
 
+    /// Passes a diagnostic on to `config.log`, folding repeats of the same line: within
+    /// `logRepeatInterval` of its last write a repeat is only counted; the next line written says how
+    /// many were folded.
     func record(log line: String) {
-        lastLog.withLock { $0 = line }
+        let now = ContinuousClock.now
+        let (write, folded) = logState.withLock { state -> (Bool, Int) in
+            defer { state.last = line }
+            if line == state.last, let written = state.lastWritten, now - written < Self.logRepeatInterval {
+                state.repeats += 1
+                return (false, 0)
+            }
+            let folded = state.repeats
+            state.repeats = 0
+            state.lastWritten = now
+            return (true, folded)
+        }
+        guard write else { return }
+        if folded > 0 { log("(the previous message repeated \(folded) more times)") }
         log(line)
     }
 
-    func lastLogLine() -> String? { lastLog.withLock { $0 } }
+    func lastLogLine() -> String? { logState.withLock { $0.last } }
 
     // MARK: request handling (on a daemon worker thread)
 
@@ -339,9 +378,10 @@ final class ServerContext: Sendable {
     }
 
     private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
-        var bytes = response.bodyBytes
-        let created = bytes.withUnsafeMutableBytes {
-            MHD_create_response_from_buffer($0.count, $0.baseAddress, .RESPMEM_MUST_COPY)
+        // Read-only access: the body is copied once, by libmicrohttpd (a mutable view would first copy
+        // the array, which the response still shares).
+        let created = response.bodyBytes.withUnsafeBytes {
+            MHD_create_response_from_buffer($0.count, UnsafeMutableRawPointer(mutating: $0.baseAddress), .RESPMEM_MUST_COPY)
         }
         guard let raw = created else { return .NO }
         defer { MHD_destroy_response(raw) }
@@ -413,20 +453,10 @@ extension String {
     }
 }
 
-/// The client's address, through `MHD_get_connection_info`.
-///
-/// That function is C-variadic, which Swift cannot call directly. For MHD_CONNECTION_INFO_CLIENT_ADDRESS
-/// it reads no variadic argument, so it is called through a non-variadic pointer of the same fixed
-/// parameters: the fixed arguments are passed identically on the SysV x86-64 and AAPCS64 ABIs.
+/// The client's address, through `MHD_get_connection_info` (see `ConnectionInfo`).
 enum ClientAddress {
-    private typealias Info = @convention(c) (OpaquePointer?, UInt32) -> UnsafeRawPointer?
-    private static let function: Info? = {
-        guard let handle = dlopen(nil, RTLD_NOW), let symbol = dlsym(handle, "MHD_get_connection_info") else { return nil }
-        return unsafeBitCast(symbol, to: Info.self)
-    }()
-
     static func of(_ connection: OpaquePointer) -> String? {
-        guard let function, let info = function(connection, MHD_ConnectionInfoType.CONNECTION_INFO_CLIENT_ADDRESS.rawValue),
+        guard let info = ConnectionInfo.raw(connection, .CONNECTION_INFO_CLIENT_ADDRESS),
               let address = info.load(as: UnsafePointer<sockaddr>?.self) else { return nil }
         var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
         switch Int32(address.pointee.sa_family) {
@@ -467,6 +497,7 @@ private func mhdURILog(cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?
     guard let cls else { return nil }
     let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
     context.liveRequests.add(1, ordering: .relaxed)
+    if let connection { context.handshake?.requestArrived(connection) }
     let state = RequestState(rawURI: uri.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: strlen($0)), as: UTF8.self) } ?? "")
     return Unmanaged.passRetained(state).toOpaque()
 }
@@ -477,6 +508,17 @@ private func mhdCompleted(cls: UnsafeMutableRawPointer?, connection: OpaquePoint
     Unmanaged<RequestState>.fromOpaque(raw).release()
     conCls.pointee = nil
     Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().liveRequests.subtract(1, ordering: .relaxed)
+}
+
+private func mhdConnection(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
+                           socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, code: MHD_ConnectionNotificationCode) {
+    guard let cls, let connection else { return }
+    let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
+    if code == .CONNECTION_NOTIFY_STARTED {
+        context.handshake?.started(connection)
+    } else {
+        context.handshake?.closed(connection)
+    }
 }
 
 private func mhdHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key: UnsafePointer<CChar>?,

@@ -63,6 +63,7 @@ public struct ServerLimits: Sendable, Equatable {
     /// Request body cap; larger bodies get 413. Default 1 MiB.
     public var maxBodyBytes: Int
     /// Idle connections are closed after this many seconds (SSE streams are kept alive by heartbeats). Default 30.
+    /// A TLS connection that has not sent its first request line within half of it is closed too.
     public var connectionTimeoutSeconds: Int
     /// libmicrohttpd worker threads (epoll each); default the number of online cores.
     public var threads: Int
