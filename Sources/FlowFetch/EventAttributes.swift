@@ -14,15 +14,16 @@ import FlowJSON
 public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLiteral, Sequence, CustomStringConvertible {
     /// One attribute.
     public typealias Element = (key: String, value: JSONValue)
-    private struct Pair: Sendable { var key: String; var value: JSONValue }
-    private var pairs: [Pair] = []
+    /// The pairs as set. The same element type a literal's variadic list has, so a literal adopts
+    /// that list's storage instead of copying it.
+    private var pairs: [(key: String, value: JSONValue)] = []
 
     /// No attributes.
     public init() {}
 
     /// The attributes of a dictionary.
     public init(_ dictionary: [String: JSONValue]) {
-        pairs = dictionary.map { Pair(key: $0.key, value: $0.value) }
+        pairs = dictionary.map { (key: $0.key, value: $0.value) }
     }
 
     /// Room for `capacity` attributes before the storage grows.
@@ -30,11 +31,14 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// A literal. Its keys must be distinct, as in a dictionary literal.
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
-        pairs.reserveCapacity(elements.count)
-        for (k, v) in elements {
-            assert(self[k] == nil, "duplicate attribute \(k) in a literal")
-            pairs.append(Pair(key: k, value: v))
-        }
+        pairs = elements
+        assert(Set(pairs.map(\.key)).count == pairs.count, "duplicate attribute names in \(pairs.map(\.key))")
+    }
+
+    /// Adds an attribute whose name is not there yet (no search for an existing one).
+    public mutating func append(_ key: String, _ value: JSONValue) {
+        assert(self[key] == nil, "attribute \(key) is already set")
+        pairs.append((key: key, value: value))
     }
 
     /// The value of `key`; setting nil removes it.
@@ -47,7 +51,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
             if let i = pairs.firstIndex(where: { $0.key == key }) {
                 if let newValue { pairs[i].value = newValue } else { pairs.remove(at: i) }
             } else if let newValue {
-                pairs.append(Pair(key: key, value: newValue))
+                pairs.append((key: key, value: newValue))
             }
         }
     }
@@ -69,7 +73,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// The attributes sorted by name (the order they are written in).
     public var sorted: [Element] {
-        pairs.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
+        pairs.sorted { $0.key < $1.key }
     }
 
     /// Calls `body` with each attribute in ascending name order (the order they are written in),
@@ -124,7 +128,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// Attributes in the order they were set.
     public func makeIterator() -> some IteratorProtocol<Element> {
-        pairs.lazy.map { (key: $0.key, value: $0.value) }.makeIterator()
+        pairs.makeIterator()
     }
 
     /// The same names with the same values, in any order.

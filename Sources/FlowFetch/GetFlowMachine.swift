@@ -288,16 +288,16 @@ public struct GetFlowMachine: FetchMachine {
 /// The attributes of fetch.end for a call's outcome.
 func fetchEndAttrs(call: String, _ outcome: CallOutcome, duration: Double) -> EventAttributes {
     var attrs = EventAttributes(minimumCapacity: 6)
-    attrs["call"] = .string(call)
-    attrs["duration"] = seconds(duration)
+    attrs.append("call", .string(call))
+    attrs.append("duration", seconds(duration))
     if let flow = outcome.flow {
-        attrs["source"] = .string(flow.source.rawValue)
-        attrs["variation"] = .string(flow.variationId)
-        attrs["audience"] = .string(flow.audienceName)
-        attrs["targetingLost"] = .bool(flow.targetingLost)
-        if case .configuration(let c) = outcome { attrs["source"] = .string(c.source.rawValue) }
+        let source = if case .configuration(let c) = outcome { c.source } else { flow.source }
+        attrs.append("source", .string(source.rawValue))
+        attrs.append("variation", .string(flow.variationId))
+        attrs.append("audience", .string(flow.audienceName))
+        attrs.append("targetingLost", .bool(flow.targetingLost))
     } else if let error = outcome.error {
-        attrs["errorCode"] = .number(Double(error.code.rawValue))
+        attrs.append("errorCode", .number(Double(error.code.rawValue)))
     }
     return attrs
 }

@@ -57,26 +57,96 @@ public enum FlowSource: String, Sendable, Hashable, CaseIterable {
 }
 
 /// What getFlow returns: the variation chosen for a placement, and where it came from.
+///
+/// A value type whose variation data sits in one shared, immutable box: copying a flow (into the
+/// cache, an outcome, an event) costs one reference count, not a copy of every field. Setting a field
+/// copies the box first, so flows behave exactly like plain structs.
 public struct Flow: Sendable, Hashable {
-    public var placementId: String
-    public var variationId: String
-    public var audienceName: String
-    public var audienceVersionId: String
-    public var revision: Int
-    public var productIds: [String]
-    public var remoteConfig: [String: JSONValue]
-    public var layout: LayoutRef?
+    /// The fields that come from the backend's variation, shared between copies.
+    private final class Variant: Sendable, Hashable {
+        let placementId: String, variationId: String, audienceName: String, audienceVersionId: String
+        let revision: Int
+        let productIds: [String]
+        let remoteConfig: [String: JSONValue]
+        let layout: LayoutRef?
+
+        init(placementId: String, variationId: String, audienceName: String, audienceVersionId: String,
+             revision: Int, productIds: [String], remoteConfig: [String: JSONValue], layout: LayoutRef?) {
+            self.placementId = placementId; self.variationId = variationId; self.audienceName = audienceName
+            self.audienceVersionId = audienceVersionId; self.revision = revision; self.productIds = productIds
+            self.remoteConfig = remoteConfig; self.layout = layout
+        }
+
+        /// A copy with one field changed.
+        func with(placementId: String? = nil, variationId: String? = nil, audienceName: String? = nil,
+                  audienceVersionId: String? = nil, revision: Int? = nil, productIds: [String]? = nil,
+                  remoteConfig: [String: JSONValue]? = nil, layout: LayoutRef?? = nil) -> Variant {
+            Variant(placementId: placementId ?? self.placementId, variationId: variationId ?? self.variationId,
+                    audienceName: audienceName ?? self.audienceName, audienceVersionId: audienceVersionId ?? self.audienceVersionId,
+                    revision: revision ?? self.revision, productIds: productIds ?? self.productIds,
+                    remoteConfig: remoteConfig ?? self.remoteConfig, layout: layout ?? self.layout)
+        }
+
+        static func == (a: Variant, b: Variant) -> Bool {
+            a === b || (a.placementId == b.placementId && a.variationId == b.variationId && a.audienceName == b.audienceName
+                && a.audienceVersionId == b.audienceVersionId && a.revision == b.revision && a.productIds == b.productIds
+                && a.remoteConfig == b.remoteConfig && a.layout == b.layout)
+        }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(placementId); hasher.combine(variationId); hasher.combine(audienceName)
+            hasher.combine(audienceVersionId); hasher.combine(revision); hasher.combine(productIds)
+            hasher.combine(remoteConfig); hasher.combine(layout)
+        }
+    }
+
+    private var variant: Variant
     public var source: FlowSource
     /// True when the flow came from a default-audience fetch (directly, from the fallback file, or
     /// from a cache entry stored from one): the user's own audience may have been missed.
     public var targetingLost: Bool
 
+    public var placementId: String {
+        get { variant.placementId }
+        set { variant = variant.with(placementId: newValue) }
+    }
+    public var variationId: String {
+        get { variant.variationId }
+        set { variant = variant.with(variationId: newValue) }
+    }
+    public var audienceName: String {
+        get { variant.audienceName }
+        set { variant = variant.with(audienceName: newValue) }
+    }
+    public var audienceVersionId: String {
+        get { variant.audienceVersionId }
+        set { variant = variant.with(audienceVersionId: newValue) }
+    }
+    public var revision: Int {
+        get { variant.revision }
+        set { variant = variant.with(revision: newValue) }
+    }
+    public var productIds: [String] {
+        get { variant.productIds }
+        set { variant = variant.with(productIds: newValue) }
+    }
+    public var remoteConfig: [String: JSONValue] {
+        get { variant.remoteConfig }
+        set { variant = variant.with(remoteConfig: newValue) }
+    }
+    public var layout: LayoutRef? {
+        get { variant.layout }
+        set { variant = variant.with(layout: .some(newValue)) }
+    }
+
     public init(placementId: String, variationId: String, audienceName: String, audienceVersionId: String,
                 revision: Int = 0, productIds: [String] = [], remoteConfig: [String: JSONValue] = [:],
                 layout: LayoutRef? = nil, source: FlowSource, targetingLost: Bool) {
-        self.placementId = placementId; self.variationId = variationId; self.audienceName = audienceName
-        self.audienceVersionId = audienceVersionId; self.revision = revision; self.productIds = productIds
-        self.remoteConfig = remoteConfig; self.layout = layout; self.source = source; self.targetingLost = targetingLost
+        variant = Variant(placementId: placementId, variationId: variationId, audienceName: audienceName,
+                          audienceVersionId: audienceVersionId, revision: revision, productIds: productIds,
+                          remoteConfig: remoteConfig, layout: layout)
+        self.source = source
+        self.targetingLost = targetingLost
     }
 
     /// The flow made of `variation` of `payload`.

@@ -3,6 +3,7 @@ import FlowFetch
 import Foundation
 import SQLiteSink
 import Synchronization
+import TestSupport
 import Testing
 
 // Crash safety of the event store: `flowscope serve` (the built binary, with demo traffic writing
@@ -98,6 +99,67 @@ struct ReliabilityCrashTests {
         let events = try sink.events(limit: 100_000)
         #expect(events.count == previousCount)
         #expect(events.allSatisfy { $0.run == "live" && ISO8601.validRange.contains($0.ts) })
+    }
+
+    @Test("fetch killed with SIGKILL at random points while it writes the flow cache, 40 times: every next start comes up and serves only whole entries")
+    func killNineCacheWrites() throws {
+        let binary = root.appendingPathComponent(".build/debug/flowscope").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the flowscope binary first")
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-kill9-cache-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // Each placement answers with a variation named after it and a remote config large enough
+        // (about 64 KiB) that writing the entry takes a while: kills land before, during and after it.
+        let padding = String(repeating: "x", count: 64 * 1024)
+        let server = try LoopbackServer { r in
+            let parts = r.target.split(separator: "/")
+            guard parts.count >= 4, parts[1] == "placements" else { return .respond(status: 404, body: []) }
+            let p = String(parts[2])
+            let body = #"{"placementId":"\#(p)","audience":{"name":"All Users","versionId":"av"},"variations":[{"id":"v-\#(p)","weight":100,"remoteConfig":{"pad":"\#(padding)"}}],"createdAt":0}"#
+            return .respond(status: 200, body: Array(body.utf8))
+        }
+        defer { server.stop() }
+        let placements = (0..<6).map { "p\($0)" }
+        var rng = SystemRandomNumberGenerator()
+        var killed = 0, finished = 0, served = 0, corrupt = 0, midWrite = 0
+        for round in 0..<40 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = ["fetch", placements[round % placements.count], "--backend", server.baseURL.absoluteString,
+                                 "--profile", "u1", "--cache-dir", dir, "--load-timeout", "5"]
+            process.standardOutput = Pipe()
+            process.standardError = Pipe()
+            try process.run()
+            usleep(UInt32.random(in: 2_000...110_000, using: &rng))
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+            if process.terminationReason == .uncaughtSignal { killed += 1 } else { finished += 1 }
+            #expect(process.terminationReason == .uncaughtSignal || process.terminationStatus == 0,
+                    "round \(round): fetch failed with \(process.terminationStatus)")
+
+            // A temporary file left behind means the kill landed inside a write.
+            let profiles = (try? FileManager.default.contentsOfDirectory(atPath: dir + "/flows")) ?? []
+            if profiles.contains(where: { p in
+                ((try? FileManager.default.contentsOfDirectory(atPath: dir + "/flows/" + p)) ?? []).contains { $0.hasPrefix(".tmp-") }
+            }) { midWrite += 1 }
+            // The next start: the store opens, and every entry either reads whole or is reported corrupt.
+            let cache = FlowCache(disk: try FileFlowStore(directory: dir + "/flows"))
+            for p in placements {
+                switch cache.read(CacheKey(profileId: "u1", placementId: p)) {
+                case .hit(let entry, _):
+                    served += 1
+                    #expect(entry.flow.variationId == "v-\(p)" && entry.flow.remoteConfig["pad"]?.stringValue?.count == padding.count,
+                            "round \(round): \(p) served a wrong entry")
+                case .corrupt(let key, let reason):
+                    corrupt += 1
+                    Issue.record("round \(round): \(key) corrupt after a kill (\(reason)); an atomic write never leaves one")
+                case .miss:
+                    break
+                }
+            }
+        }
+        print("reliability.killNineCache: \(killed) runs killed (\(midWrite) inside a write), \(finished) finished; \(served) whole entries read back, \(corrupt) corrupt")
+        #expect(killed >= 10 && finished >= 5, "kills should land both during and after runs: \(killed) killed, \(finished) finished")
+        #expect(served > 0)
     }
 
     @Test("what a kill leaves in the flow cache directory (a half-written temp file, truncated, flipped or empty entries) is cleaned or reported corrupt on the next start, never served")
