@@ -112,7 +112,7 @@ public struct BenchmarkSuite: Sendable {
         let host = BenchHost()
         var traces: UInt64 = 0
         let engine = FlowEngine(profile: Profile(id: "user-1"), flowCache: FlowCache(disk: InMemoryDiskStore()),
-                                layouts: InMemoryLayoutStore(), host: host, events: sinks ? (ProcessInfo.processInfo.environment["NULLSINK"] != nil ? NullEvents() as EngineEventSink : pipeline) : nil,
+                                layouts: InMemoryLayoutStore(), host: host, events: sinks ? pipeline : nil,
                                 traceIDs: { traces += 1; return TraceID(high: 1, low: traces) })
         let flow = benchFlow()
         _ = engine.flowCache.write(CacheKey(profileId: "user-1", placementId: flow.placementId),
@@ -433,4 +433,3 @@ func median(_ values: [Double]) -> Double {
 /// Keeps a value alive so the optimizer cannot remove the work that produced it.
 @inline(never)
 func blackHole<T>(_ value: T) { withExtendedLifetime(value) {} }
-struct NullEvents: EngineEventSink { func receive(_ event: EngineEvent) { blackHole(event) } }
