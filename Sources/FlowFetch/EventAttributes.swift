@@ -16,14 +16,14 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     public typealias Element = (key: String, value: JSONValue)
     /// The pairs as set. The same element type a literal's variadic list has, so a literal adopts
     /// that list's storage instead of copying it.
-    private var pairs: [(key: String, value: JSONValue)] = []
+    private var pairs: [(String, JSONValue)] = []
 
     /// No attributes.
     public init() {}
 
     /// The attributes of a dictionary.
     public init(_ dictionary: [String: JSONValue]) {
-        pairs = dictionary.map { (key: $0.key, value: $0.value) }
+        pairs = dictionary.map { ($0.key, $0.value) }
     }
 
     /// Room for `capacity` attributes before the storage grows.
@@ -32,26 +32,26 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     /// A literal. Its keys must be distinct, as in a dictionary literal.
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         pairs = elements
-        assert(Set(pairs.map(\.key)).count == pairs.count, "duplicate attribute names in \(pairs.map(\.key))")
+        assert(Set(pairs.map(\.0)).count == pairs.count, "duplicate attribute names in \(pairs.map(\.0))")
     }
 
     /// Adds an attribute whose name is not there yet (no search for an existing one).
     public mutating func append(_ key: String, _ value: JSONValue) {
         assert(self[key] == nil, "attribute \(key) is already set")
-        pairs.append((key: key, value: value))
+        pairs.append((key, value))
     }
 
     /// The value of `key`; setting nil removes it.
     public subscript(key: String) -> JSONValue? {
         get {
-            for p in pairs where p.key == key { return p.value }
+            for p in pairs where p.0 == key { return p.1 }
             return nil
         }
         set {
-            if let i = pairs.firstIndex(where: { $0.key == key }) {
-                if let newValue { pairs[i].value = newValue } else { pairs.remove(at: i) }
+            if let i = pairs.firstIndex(where: { $0.0 == key }) {
+                if let newValue { pairs[i].1 = newValue } else { pairs.remove(at: i) }
             } else if let newValue {
-                pairs.append((key: key, value: newValue))
+                pairs.append((key, newValue))
             }
         }
     }
@@ -61,11 +61,11 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     /// Whether there are none.
     public var isEmpty: Bool { pairs.isEmpty }
     /// The names, in the order they were set.
-    public var keys: [String] { pairs.map(\.key) }
+    public var keys: [String] { pairs.map(\.0) }
     /// The attributes as a dictionary.
     public var dictionary: [String: JSONValue] {
         var d = [String: JSONValue](minimumCapacity: pairs.count)
-        for p in pairs { d[p.key] = p.value }
+        for p in pairs { d[p.0] = p.1 }
         return d
     }
     /// The attributes as a JSON object.
@@ -73,7 +73,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// The attributes sorted by name (the order they are written in).
     public var sorted: [Element] {
-        pairs.sorted { $0.key < $1.key }
+        pairs.sorted { $0.0 < $1.0 }.map { (key: $0.0, value: $0.1) }
     }
 
     /// Calls `body` with each attribute in ascending name order (the order they are written in),
@@ -81,20 +81,20 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     public func forEachSorted(_ body: (String, JSONValue) -> Void) {
         let n = pairs.count
         guard n <= 16 else {
-            for p in pairs.sorted(by: { $0.key < $1.key }) { body(p.key, p.value) }
+            for p in pairs.sorted(by: { $0.0 < $1.0 }) { body(p.0, p.1) }
             return
         }
         withUnsafeTemporaryAllocation(of: Int.self, capacity: Swift.max(n, 1)) { order in
             // Insertion sort of indices: attribute lists are short.
             for i in 0..<n {
                 var at = i
-                while at > 0, pairs[i].key < pairs[order[at - 1]].key {
+                while at > 0, pairs[i].0 < pairs[order[at - 1]].0 {
                     order[at] = order[at - 1]
                     at -= 1
                 }
                 order[at] = i
             }
-            for k in 0..<n { body(pairs[order[k]].key, pairs[order[k]].value) }
+            for k in 0..<n { body(pairs[order[k]].0, pairs[order[k]].1) }
         }
     }
 
@@ -128,12 +128,12 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// Attributes in the order they were set.
     public func makeIterator() -> some IteratorProtocol<Element> {
-        pairs.makeIterator()
+        pairs.lazy.map { (key: $0.0, value: $0.1) }.makeIterator()
     }
 
     /// The same names with the same values, in any order.
     public static func == (a: EventAttributes, b: EventAttributes) -> Bool {
-        a.count == b.count && a.pairs.allSatisfy { b[$0.key] == $0.value }
+        a.count == b.count && a.pairs.allSatisfy { b[$0.0] == $0.1 }
     }
 
     /// Hashes the pairs independently of their order.
@@ -141,8 +141,8 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
         var combined = 0
         for p in pairs {
             var h = Hasher()
-            h.combine(p.key)
-            h.combine(p.value)
+            h.combine(p.0)
+            h.combine(p.1)
             combined ^= h.finalize()
         }
         hasher.combine(count)
