@@ -172,8 +172,13 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     var count: Int { state.withLock { $0.rows.count } }
 
     /// Calls `body` with each series in label-value order, under the lock.
-    func forEach(_ body: (Row) -> Void) {
-        state.withLock { s in for row in s.rows { body(row) } }
+    func forEach(_ body: (borrowing Row) -> Void) {
+        // Each row is lent to `body` in place, not copied (no retain/release of its arrays).
+        state.withLock { s in
+            s.rows.withUnsafeBufferPointer { rows in
+                for i in rows.indices { body(rows[i]) }
+            }
+        }
     }
 }
 
@@ -411,8 +416,9 @@ public final class HistogramFamily: MetricFamily {
                 prefix.append(UInt8(ascii: ","))
             }
             var total: UInt64 = 0
-            for (i, cell) in row.child.counts.enumerated() {
-                total &+= cell.value.load(ordering: .relaxed)
+            let counts = row.child.counts
+            for i in counts.indices {
+                total &+= counts[i].value.load(ordering: .relaxed)
                 out.append(contentsOf: prefix)
                 out.append(contentsOf: le[i])
                 TextOut.uint(total, to: &out)
