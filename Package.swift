@@ -54,9 +54,9 @@ let package = Package(
 
         // Helpers shared by several test targets (a loopback HTTP server).
         .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),
-        .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON"]),
+        .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "TestSupport"]),
-        .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON"]),
+        .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
         .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
         .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),

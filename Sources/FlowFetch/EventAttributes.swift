@@ -99,20 +99,6 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     }
 
     /// Appends the attributes as a compact JSON object, keys sorted (as `JSONWriter` writes objects).
-    public func appendJSON(to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
-        var first = true
-        forEachSorted { key, value in
-            if !first { out.append(UInt8(ascii: ",")) }
-            first = false
-            JSONWriter.writeString(key, to: &out)
-            out.append(UInt8(ascii: ":"))
-            JSONWriter.write(value, to: &out)
-        }
-        out.append(UInt8(ascii: "}"))
-    }
-
-    /// Appends the attributes as a compact JSON object, keys sorted.
     public func appendJSON(to out: inout String) {
         out += "{"
         var first = true

@@ -1,3 +1,4 @@
+import TestSupport
 import FlowEvents
 import FlowFetch
 import FlowJSON
@@ -40,7 +41,7 @@ struct EnvelopeWritingTests {
 
     @Test("random envelopes (escapes, unicode, 0-20 attributes, nested values) write the same bytes as their jsonLine")
     func randomBytesMatchLine() {
-        var rng = SplitMix(seed: 7)
+        var rng = SplitMix64(seed: 7)
         let pieces = ["a", "main_paywall", "é", "\"", "\\", "\n", "\u{01}", "\u{2028}", "\u{2029}", "\u{E2}x", "日本", "🙂", " ", "z9", "_"]
         func text() -> String { (0..<Int(rng.next() % 5)).map { _ in pieces[Int(rng.next() % UInt64(pieces.count))] }.joined() }
         func value(depth: Int) -> JSONValue {
@@ -77,15 +78,3 @@ struct EnvelopeWritingTests {
     }
 }
 
-/// A small deterministic generator for the random tests.
-private struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

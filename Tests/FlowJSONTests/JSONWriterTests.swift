@@ -1,3 +1,4 @@
+import TestSupport
 import FlowJSON
 import Testing
 
@@ -11,7 +12,7 @@ struct JSONWriterTests {
 
     @Test("the byte writer writes exactly the text the string writer writes")
     func bytesMatchString() {
-        var rng = SplitMix(seed: 42)
+        var rng = SplitMix64(seed: 42)
         var values: [JSONValue] = Self.tricky.map(JSONValue.string)
         values += [0, -1, 1.5, 1e15, 1e16, -0.25, .number(.nan), .number(.infinity), 123_456_789_012, true, false, nil]
         for _ in 0..<300 { values.append(Self.random(&rng, depth: 3)) }
@@ -31,7 +32,7 @@ struct JSONWriterTests {
         #expect(JSONValue.object(["b": 1, "a": "x"]).jsonText == #"{"a":"x","b":1}"#)
     }
 
-    static func random(_ rng: inout SplitMix, depth: Int) -> JSONValue {
+    static func random(_ rng: inout SplitMix64, depth: Int) -> JSONValue {
         switch rng.next() % (depth > 0 ? 6 : 4) {
         case 0: return .number(Double(Int64(bitPattern: rng.next()) % 1_000_000) / Double(1 + rng.next() % 4))
         case 1: return .bool(rng.next() % 2 == 0)
@@ -48,14 +49,3 @@ struct JSONWriterTests {
     }
 }
 
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -1,3 +1,4 @@
+import TestSupport
 import FlowJSON
 import Foundation
 import Testing

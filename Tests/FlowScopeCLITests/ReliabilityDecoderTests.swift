@@ -1,3 +1,4 @@
+import TestSupport
 import FlowEvents
 import FlowFetch
 import FlowJSON
@@ -15,21 +16,10 @@ import Testing
 
 private let packageRootURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-/// SplitMix64: a seeded generator, so every run feeds the same inputs.
-private struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Byte-level mutations of the kinds libFuzzer applies, with JSON tokens spliced in.
 private struct Mutator {
-    var rng: SeededGenerator
+    var rng: SplitMix64
     static let tokens: [[UInt8]] = ["{", "}", "[", "]", "\"", ":", ",", "\\u", "1e400", "-1", "1e300", "NaN", "Infinity", "null",
                                     "true", "\"\"", "[]", "{}", "0", "9007199254740993", "//", "\n",
                                     "\"0000-01-01T00:00:00Z\"", "\"x\""].map { Array($0.utf8) }
@@ -191,7 +181,7 @@ struct ReliabilityDecoderTests {
         for (i, seed) in seeds.enumerated() {
             if let p = decoder.run(seed) { problems.append("seed \(i): \(p)") }
         }
-        var mutator = Mutator(rng: SeededGenerator(state: 0xF1A5_0000 &+ UInt64(target.utf8.count)))
+        var mutator = Mutator(rng: SplitMix64(seed: 0xF1A5_0000 &+ UInt64(target.utf8.count)))
         let clock = ContinuousClock()
         let deadline = clock.now + .milliseconds(1500)
         var runs = 0
