@@ -72,7 +72,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     public var jsonValue: JSONValue { .object(dictionary) }
 
     /// The attributes sorted by name (the order they are written in).
-    public var sorted: [Element] {
+    public var sortedByName: [Element] {
         pairs.sorted { $0.0 < $1.0 }.map { (key: $0.0, value: $0.1) }
     }
 

@@ -38,7 +38,7 @@ struct EventAttributesTests {
     func jsonIsSorted() {
         let attrs: EventAttributes = ["z": 1, "a": ["n": true], "m": .null]
         #expect(attrs.description == #"{"a":{"n":true},"m":null,"z":1}"#)
-        #expect(attrs.sorted.map(\.key) == ["a", "m", "z"])
+        #expect(attrs.sortedByName.map(\.key) == ["a", "m", "z"])
         #expect(attrs.dictionary == ["z": 1, "a": ["n": true], "m": .null])
         #expect(Array(attrs).map(\.key) == ["z", "a", "m"])
     }
