@@ -4,12 +4,12 @@ import COpenSSL
 public enum Digest {
     /// MD5 of `bytes` (16 bytes). Used only for the deterministic variation draw, never for security.
     public static func md5(_ bytes: some Collection<UInt8>) -> [UInt8] {
-        run(EVP_md5(), bytes, length: 16)
+        run(Algorithms.shared.md5, bytes, length: 16)
     }
 
     /// SHA-256 of `bytes` (32 bytes): cache keys and checksums.
     public static func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] {
-        run(EVP_sha256(), bytes, length: 32)
+        run(Algorithms.shared.sha256, bytes, length: 32)
     }
 
     /// Lowercase hex of a digest.
@@ -30,5 +30,20 @@ public enum Digest {
             _ = EVP_Digest(input.baseAddress, input.count, &out, &size, md, nil)
         }
         return out
+    }
+
+    /// The algorithms, fetched from OpenSSL's provider once: `EVP_md5()` and `EVP_sha256()` make
+    /// OpenSSL 3 look the implementation up again on every digest, which costs more than hashing a
+    /// short input.
+    private final class Algorithms: @unchecked Sendable {
+        // Safe to share: the EVP_MD objects are fetched once, never changed or freed, and OpenSSL
+        // documents fetched algorithms as usable from any number of threads at once.
+        let md5: OpaquePointer?
+        let sha256: OpaquePointer?
+        static let shared = Algorithms()
+        private init() {
+            md5 = EVP_MD_fetch(nil, "MD5", nil) ?? EVP_md5()
+            sha256 = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+        }
     }
 }
