@@ -243,12 +243,14 @@ public struct FamilyDescriptor: Sendable {
         (65...90).contains(b) || (97...122).contains(b) || (48...57).contains(b) || b == UInt8(ascii: "_")
     }
 
-    /// Appends `name{labels} ` for a sample.
-    static func sampleStart(_ name: String, _ labelText: [UInt8], to out: inout [UInt8]) {
-        out.append(contentsOf: name.utf8)
-        if !labelText.isEmpty {
+    /// Appends `name{labels} ` for a sample; the name is bytes a family writer prepares once for all
+    /// its rows. Copies through buffer pointers: no reference counting per row.
+    static func sampleStart(_ name: [UInt8], _ labelText: [UInt8], to out: inout [UInt8]) {
+        name.withUnsafeBufferPointer { out.append(contentsOf: $0) }
+        labelText.withUnsafeBufferPointer { labels in
+            guard !labels.isEmpty else { return }
             out.append(UInt8(ascii: "{"))
-            out.append(contentsOf: labelText)
+            out.append(contentsOf: labels)
             out.append(UInt8(ascii: "}"))
         }
         out.append(UInt8(ascii: " "))
@@ -306,8 +308,9 @@ public final class CounterFamily: MetricFamily {
         let familyName = format == .openMetrics ? openMetricsName : name
         let sampleName = format == .openMetrics ? openMetricsName + "_total" : name
         TextOut.header(name: familyName, help: help, type: "counter", unit: unit, format: format, to: &out)
+        let sample = Array(sampleName.utf8)
         table.forEach { row in
-            FamilyDescriptor.sampleStart(sampleName, row.labelText, to: &out)
+            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
             TextOut.uint(row.child.value, to: &out)
             out.append(UInt8(ascii: "\n"))
         }
@@ -343,8 +346,9 @@ public final class GaugeFamily: MetricFamily {
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "gauge", unit: unit, format: format, to: &out)
+        let sample = Array(name.utf8)
         table.forEach { row in
-            FamilyDescriptor.sampleStart(name, row.labelText, to: &out)
+            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
             TextOut.double(row.child.value, to: &out)
             out.append(UInt8(ascii: "\n"))
         }
@@ -405,24 +409,28 @@ public final class HistogramFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
         let le = leText[format] ?? []
-        let bucketName = Array((name + "_bucket{").utf8), sumName = name + "_sum", countName = name + "_count"
+        let bucketName = Array((name + "_bucket{").utf8), sumName = Array((name + "_sum").utf8)
+        let countName = Array((name + "_count").utf8)
         var prefix: [UInt8] = []
         table.forEach { row in
             // `name_bucket{labels,` once per series; each bucket line is then two copies and a number.
             prefix.removeAll(keepingCapacity: true)
             prefix.append(contentsOf: bucketName)
-            if !row.labelText.isEmpty {
-                prefix.append(contentsOf: row.labelText)
+            row.labelText.withUnsafeBufferPointer { labels in
+                guard !labels.isEmpty else { return }
+                prefix.append(contentsOf: labels)
                 prefix.append(UInt8(ascii: ","))
             }
             var total: UInt64 = 0
             let counts = row.child.counts
-            for i in counts.indices {
-                total &+= counts[i].value.load(ordering: .relaxed)
-                out.append(contentsOf: prefix)
-                out.append(contentsOf: le[i])
-                TextOut.uint(total, to: &out)
-                out.append(UInt8(ascii: "\n"))
+            prefix.withUnsafeBufferPointer { prefix in
+                for i in counts.indices {
+                    total &+= counts[i].value.load(ordering: .relaxed)
+                    out.append(contentsOf: prefix)
+                    le[i].withUnsafeBufferPointer { out.append(contentsOf: $0) }
+                    TextOut.uint(total, to: &out)
+                    out.append(UInt8(ascii: "\n"))
+                }
             }
             FamilyDescriptor.sampleStart(sumName, row.labelText, to: &out)
             TextOut.double(row.child.sum, to: &out)
