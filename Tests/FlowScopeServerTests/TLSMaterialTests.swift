@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 @testable import FlowScopeServer
 
@@ -153,15 +154,5 @@ struct TLSMaterialTests {
     }
 }
 
-func run(_ tool: String, _ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
-}
+/// Runs a tool and returns what it printed (standard output and error).
+func run(_ tool: String, _ arguments: [String]) throws -> String { try runProgram(tool, arguments).output }

@@ -270,10 +270,8 @@ struct SeriesKey: Hashable {
 /// value limits; only the shortcut is lost).
 struct SeriesHandles {
     static let limit = 4096
-    var counters: [SeriesKey: Counter] = [:]
-    var histograms: [SeriesKey: Histogram] = [:]
-    var lastCounter: (key: SeriesKey, series: Counter)?
-    var lastHistogram: (key: SeriesKey, series: Histogram)?
+    var counters = HandleCache<Counter>()
+    var histograms = HandleCache<Histogram>()
     var lastEvent: (name: EventName, series: Counter)?
 
     /// The `flowscope_events_total` series of `name`.
@@ -284,31 +282,34 @@ struct SeriesHandles {
         return series
     }
 
+    /// The counter series of `key` in `family`.
     mutating func counter(_ key: SeriesKey, _ family: CounterFamily) -> Counter {
-        if let last = lastCounter, last.key == key { return last.series }
-        let series: Counter
-        if let known = counters[key] {
-            series = known
-        } else {
-            series = family.labels(key.values)
-            if counters.count >= Self.limit { counters.removeAll(keepingCapacity: true) }
-            counters[key] = series
-        }
-        lastCounter = (key, series)
-        return series
+        counters.series(key) { family.labels(key.values) }
     }
 
+    /// The histogram series of `key` in `family`.
     mutating func histogram(_ key: SeriesKey, _ family: HistogramFamily) -> Histogram {
-        if let last = lastHistogram, last.key == key { return last.series }
-        let series: Histogram
-        if let known = histograms[key] {
+        histograms.series(key) { family.labels(key.values) }
+    }
+}
+
+/// Series handles of one kind by key, with the last one used kept aside.
+struct HandleCache<Series: AnyObject> {
+    var byKey: [SeriesKey: Series] = [:]
+    var last: (key: SeriesKey, series: Series)?
+
+    /// The series of `key`: the last one, a known one, or `lookUp()`'s (then remembered).
+    mutating func series(_ key: SeriesKey, lookUp: () -> Series) -> Series {
+        if let last, last.key == key { return last.series }
+        let series: Series
+        if let known = byKey[key] {
             series = known
         } else {
-            series = family.labels(key.values)
-            if histograms.count >= Self.limit { histograms.removeAll(keepingCapacity: true) }
-            histograms[key] = series
+            series = lookUp()
+            if byKey.count >= SeriesHandles.limit { byKey.removeAll(keepingCapacity: true) }
+            byKey[key] = series
         }
-        lastHistogram = (key, series)
+        last = (key, series)
         return series
     }
 }

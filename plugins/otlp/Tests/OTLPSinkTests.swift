@@ -4,6 +4,7 @@ import FlowJSON
 import Foundation
 import OTLPSink
 import Synchronization
+import TestSupport
 import Testing
 
 func nanos(_ offset: Double) -> UInt64 { unixNanos(1_796_000_000.0 + offset) }

@@ -94,20 +94,6 @@ let packageRoot: String = {
     return url.path
 }()
 
-/// Runs a program and returns its exit status and combined output.
-func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
 /// A minimal HTTP/1.1 server on 127.0.0.1 that answers each request with the next scripted action
 /// (then 200), and records what it received.
 final class StubCollector: Sendable {
