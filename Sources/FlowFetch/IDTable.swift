@@ -1,0 +1,99 @@
+/// A hash table from the engine's ids (positive integers from one counter) to values.
+///
+/// The engine looks its calls, requests and timers up several times per input. `Dictionary` hashes
+/// every `Int` key with seeded SipHash; these keys are dense and not chosen by anyone outside, so a
+/// multiplicative (Fibonacci) hash spreads them as well at a fraction of the cost. Open addressing
+/// with linear probing; removal shifts later entries back, so there are no tombstones.
+struct IDTable<Value> {
+    /// Slot keys; 0 marks an empty slot (ids start at 1).
+    private var keys: [Int]
+    private var values: [Value?]
+    /// 64 minus log2 of the capacity: the hash keeps the product's top bits.
+    private var shift: Int
+    /// Entries stored.
+    private(set) var count = 0
+
+    init() {
+        keys = Array(repeating: 0, count: 16)
+        values = Array(repeating: nil, count: 16)
+        shift = 64 - 4
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    /// The stored keys, in no particular order.
+    var keysInTableOrder: [Int] { keys.filter { $0 != 0 } }
+
+    private func home(_ key: Int) -> Int {
+        Int(truncatingIfNeeded: (UInt64(bitPattern: Int64(key)) &* 0x9E37_79B9_7F4A_7C15) >> UInt64(shift))
+    }
+
+    /// The slot holding `key`, or nil.
+    private func slot(of key: Int) -> Int? {
+        guard key > 0 else { return nil }
+        let mask = keys.count - 1
+        var i = home(key)
+        while true {
+            let k = keys[i]
+            if k == key { return i }
+            if k == 0 { return nil }
+            i = (i + 1) & mask
+        }
+    }
+
+    subscript(key: Int) -> Value? {
+        get { slot(of: key).flatMap { values[$0] } }
+        set {
+            guard let newValue else { removeValue(forKey: key); return }
+            insert(key, newValue)
+        }
+    }
+
+    /// Stores `value` for `key` (a positive id), replacing any earlier value.
+    mutating func insert(_ key: Int, _ value: Value) {
+        precondition(key > 0, "IDTable keys are positive ids")
+        if (count + 1) * 4 > keys.count * 3 { grow() }
+        let mask = keys.count - 1
+        var i = home(key)
+        while keys[i] != 0 && keys[i] != key { i = (i + 1) & mask }
+        if keys[i] == 0 { count += 1 }
+        keys[i] = key
+        values[i] = value
+    }
+
+    /// Removes and returns the value for `key`, if any.
+    @discardableResult
+    mutating func removeValue(forKey key: Int) -> Value? {
+        guard var hole = slot(of: key) else { return nil }
+        let removed = values[hole]
+        let mask = keys.count - 1
+        // Backward shift: move up every later entry of the run whose home is not between the hole and it.
+        var i = hole
+        while true {
+            i = (i + 1) & mask
+            let k = keys[i]
+            if k == 0 { break }
+            let h = home(k)
+            let stays = hole <= i ? (hole < h && h <= i) : (hole < h || h <= i)
+            if stays { continue }
+            keys[hole] = k
+            values[hole] = values[i]
+            hole = i
+        }
+        keys[hole] = 0
+        values[hole] = nil
+        count -= 1
+        return removed
+    }
+
+    private mutating func grow() {
+        let oldKeys = keys, oldValues = values
+        keys = Array(repeating: 0, count: oldKeys.count * 2)
+        values = Array(repeating: nil, count: oldKeys.count * 2)
+        shift -= 1
+        count = 0
+        for (k, v) in zip(oldKeys, oldValues) where k != 0 {
+            if let v { insert(k, v) }
+        }
+    }
+}
