@@ -4,10 +4,11 @@ public enum VariationDraw {
     /// The bucket 0..<100 of a profile for an audience version: MD5 of `"<versionId>-<profileId>"`,
     /// bytes 8..<16 read big-endian, modulo 100.
     public static func bucket(audienceVersionId: String, profileId: String) -> Int {
-        let d = Digest.md5(Array("\(audienceVersionId)-\(profileId)".utf8))
-        var v: UInt64 = 0
-        for i in 8..<16 { v = v << 8 | UInt64(d[i]) }
-        return Int(v % 100)
+        var md5 = MD5()
+        md5.update(audienceVersionId)
+        md5.update(byte: UInt8(ascii: "-"))
+        md5.update(profileId)
+        return Int(md5.finish().low % 100)
     }
 
     /// Picks the variation for `profileId`, or nil when the weights do not sum to 100 (the response is
