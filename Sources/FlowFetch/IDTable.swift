@@ -13,10 +13,12 @@ struct IDTable<Value> {
     /// Entries stored.
     private(set) var count = 0
 
+    /// An empty table; storage is allocated at the first insert (an engine that only answers from
+    /// its cache never allocates any).
     init() {
-        keys = Array(repeating: 0, count: 16)
-        values = Array(repeating: nil, count: 16)
-        shift = 64 - 4
+        keys = []
+        values = []
+        shift = 64
     }
 
     var isEmpty: Bool { count == 0 }
@@ -30,7 +32,7 @@ struct IDTable<Value> {
 
     /// The slot holding `key`, or nil.
     private func slot(of key: Int) -> Int? {
-        guard key > 0 else { return nil }
+        guard key > 0, !keys.isEmpty else { return nil }
         let mask = keys.count - 1
         var i = home(key)
         while true {
@@ -88,9 +90,10 @@ struct IDTable<Value> {
 
     private mutating func grow() {
         let oldKeys = keys, oldValues = values
-        keys = Array(repeating: 0, count: oldKeys.count * 2)
-        values = Array(repeating: nil, count: oldKeys.count * 2)
-        shift -= 1
+        let capacity = max(16, oldKeys.count * 2)
+        keys = Array(repeating: 0, count: capacity)
+        values = Array(repeating: nil, count: capacity)
+        shift = 64 - capacity.trailingZeroBitCount
         count = 0
         for (k, v) in zip(oldKeys, oldValues) where k != 0 {
             if let v { insert(k, v) }

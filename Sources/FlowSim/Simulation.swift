@@ -262,7 +262,7 @@ final class SessionWorld: EngineHost {
     /// Plays `plan` with `strategy` and adds what happened to `tally`.
     func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally, events: EngineEventSink? = nil) {
         self.plan = plan
-        queue = EventQueue()
+        queue.reset()
         network = SimulationRandom(seed: plan.networkSeed)
         ops.removeAll(keepingCapacity: true)
         pending.removeAll(keepingCapacity: true)

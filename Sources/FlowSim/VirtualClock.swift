@@ -1,7 +1,11 @@
 /// A virtual clock with a queue of things due at given times: the discrete-event core of scenario
 /// runs and simulations. Items due at the same time come out in the order they were scheduled.
 public struct EventQueue<Item>: ~Copyable {
-    private var heap: [(at: Double, seq: UInt64, item: Item)] = []
+    /// The heap orders small trivial entries; the items wait in `slots` (reused through `free`), so
+    /// sifting never copies or retains an item.
+    private var heap: [(at: Double, seq: UInt64, slot: Int)] = []
+    private var slots: [Item?] = []
+    private var free: [Int] = []
     private var seq: UInt64 = 0
     /// The virtual time: the due time of the last item taken.
     public private(set) var now: Double = 0
@@ -11,10 +15,27 @@ public struct EventQueue<Item>: ~Copyable {
     public var isEmpty: Bool { heap.isEmpty }
     public var count: Int { heap.count }
 
+    /// Empties the queue and sets the clock back to 0, keeping its storage for the next run.
+    public mutating func reset() {
+        heap.removeAll(keepingCapacity: true)
+        slots.removeAll(keepingCapacity: true)
+        free.removeAll(keepingCapacity: true)
+        seq = 0
+        now = 0
+    }
+
     /// Schedules `item` at time `at` (never before now).
     public mutating func schedule(_ item: Item, at: Double) {
         seq += 1
-        heap.append((max(at, now), seq, item))
+        let slot: Int
+        if let reused = free.popLast() {
+            slot = reused
+            slots[slot] = item
+        } else {
+            slot = slots.count
+            slots.append(item)
+        }
+        heap.append((max(at, now), seq, slot))
         var i = heap.count - 1
         while i > 0 {
             let parent = (i - 1) / 2
@@ -40,7 +61,9 @@ public struct EventQueue<Item>: ~Copyable {
             i = m
         }
         now = top.at
-        return top.item
+        let item = slots[top.slot].take()
+        free.append(top.slot)
+        return item
     }
 
     private func less(_ a: Int, _ b: Int) -> Bool {
