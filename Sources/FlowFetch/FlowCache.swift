@@ -12,10 +12,31 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
         self.profileId = profileId
         self.placementId = placementId
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in profileId.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        Self.mix(profileId, into: &h)
         h = (h ^ 0xFF) &* 0x0000_0100_0000_01b3  // never in UTF-8: "a"+"bc" and "ab"+"c" differ
-        for byte in placementId.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        Self.mix(placementId, into: &h)
         digest = h
+    }
+
+    /// Folds the UTF-8 of `text` into `h`, eight bytes per step (FNV-style multiply, then a shift
+    /// so high bits reach the low ones); the length goes in last, so trailing zero bytes count.
+    private static func mix(_ text: String, into h: inout UInt64) {
+        func fold(_ bytes: UnsafeBufferPointer<UInt8>, _ h: inout UInt64) {
+            var i = 0
+            while i < bytes.count {
+                var word: UInt64 = 0
+                let n = min(8, bytes.count - i)
+                for k in 0..<n { word |= UInt64(bytes[i + k]) << (8 * UInt64(k)) }
+                h = (h ^ word) &* 0x0000_0100_0000_01b3
+                h ^= h >> 29
+                i += n
+            }
+            h = (h ^ UInt64(bytes.count)) &* 0x0000_0100_0000_01b3
+        }
+        if text.utf8.withContiguousStorageIfAvailable({ fold($0, &h) }) == nil {
+            let bytes = Array(text.utf8)
+            bytes.withUnsafeBufferPointer { fold($0, &h) }
+        }
     }
 
     public var description: String { "\(profileId)/\(placementId)" }
