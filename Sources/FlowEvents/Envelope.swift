@@ -61,32 +61,6 @@ public struct Envelope: Sendable {
         out += "}"
     }
 
-    /// Appends the envelope as compact JSON to a byte buffer: the same text as
-    /// ``appendJSON(to:)-(String)``, for sinks that write bytes (files, sockets). Allocates nothing
-    /// for the usual envelope (strings that need no escaping, flat attributes): strings are copied
-    /// whole, attribute keys are sorted in place on the stack.
-    public func appendJSON(to out: inout [UInt8]) {
-        ByteJSON.literal(#"{"seq":"#, to: &out)
-        JSONWriter.writeInteger(Int64(bitPattern: seq), to: &out)
-        ByteJSON.literal(#","ts":""#, to: &out)
-        ISO8601.append(ts, to: &out)
-        ByteJSON.literal(#"","t":"#, to: &out)
-        ByteJSON.number((t * 1_000_000).rounded() / 1_000_000, to: &out)
-        ByteJSON.literal(#","run":"#, to: &out)
-        ByteJSON.string(run, to: &out)
-        ByteJSON.literal(#","trace":""#, to: &out)
-        ByteJSON.hex(trace.high, trace.low, to: &out)
-        ByteJSON.literal(#"","span":""#, to: &out)
-        ByteJSON.hex(span.raw, to: &out)
-        ByteJSON.literal(#"","name":""#, to: &out)
-        out.append(contentsOf: name.rawValue.utf8)
-        ByteJSON.literal(#"","placement":"#, to: &out)
-        if let placement { ByteJSON.string(placement, to: &out) } else { ByteJSON.literal("null", to: &out) }
-        ByteJSON.literal(#","attrs":"#, to: &out)
-        ByteJSON.attributes(attrs, to: &out)
-        out.append(UInt8(ascii: "}"))
-    }
-
     /// The envelope as a JSON value.
     public var jsonValue: JSONValue {
         [
@@ -94,142 +68,6 @@ public struct Envelope: Sendable {
             "trace": .string(trace.hex), "span": .string(span.hex), "name": .string(name.rawValue),
             "placement": placement.map(JSONValue.string) ?? .null, "attrs": attrs.jsonValue,
         ]
-    }
-}
-
-/// The byte writers behind `Envelope.appendJSON(to: inout [UInt8])`: fast paths for the common
-/// case that fall back to `JSONWriter` (and so write exactly its text) for anything else.
-enum ByteJSON {
-    private static let digits: StaticString = "0123456789abcdef"
-
-    /// Appends a literal's UTF-8 bytes.
-    @inline(__always)
-    static func literal(_ text: StaticString, to out: inout [UInt8]) {
-        text.withUTF8Buffer { out.append(contentsOf: $0) }
-    }
-
-    /// Appends a quoted JSON string: whole when no byte needs escaping, else through `JSONWriter`.
-    @inline(__always)
-    static func string(_ s: String, to out: inout [UInt8]) {
-        let done: Bool? = s.utf8.withContiguousStorageIfAvailable { bytes in
-            for b in bytes where b < 0x20 || b == 0x22 || b == 0x5C || b == 0xE2 { return false }
-            out.append(UInt8(ascii: "\""))
-            out.append(contentsOf: bytes)
-            out.append(UInt8(ascii: "\""))
-            return true
-        }
-        if done != true { JSONWriter.writeString(s, to: &out) }
-    }
-
-    /// Appends a number as `JSONWriter.writeNumber` does. Fast path for the usual attribute
-    /// (a magnitude in 1e-4..<1e9 with at most six decimals): digits written directly. Such a value
-    /// is `k / 10^6` correctly rounded, and below 1e9 doubles are closer together than 1e-6, so
-    /// `k` with its trailing zeros trimmed is exactly the shortest round-trip text `description`
-    /// gives. Everything else goes through `JSONWriter`.
-    static func number(_ n: Double, to out: inout [UInt8]) {
-        let magnitude = abs(n)
-        if n.rounded() != n, magnitude >= 1e-4, magnitude < 1e9 {
-            let scaled = (magnitude * 1_000_000).rounded()
-            if scaled / 1_000_000 == magnitude {
-                var fraction = UInt64(scaled) % 1_000_000
-                var digits = 6
-                while fraction != 0, fraction % 10 == 0 { fraction /= 10; digits -= 1 }
-                if n < 0 { out.append(UInt8(ascii: "-")) }
-                JSONWriter.writeInteger(Int64(scaled) / 1_000_000, to: &out)
-                out.append(UInt8(ascii: "."))
-                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { buf in
-                    for i in stride(from: digits - 1, through: 0, by: -1) { buf[i] = UInt8(48 + fraction % 10); fraction /= 10 }
-                    out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<digits]))
-                }
-                return
-            }
-        }
-        JSONWriter.writeNumber(n, to: &out)
-    }
-
-    /// Appends a value; strings, numbers, booleans and null directly, arrays and objects as
-    /// `JSONWriter.write` does (objects with sorted keys).
-    static func value(_ value: JSONValue, to out: inout [UInt8]) {
-        switch value {
-        case .string(let s): string(s, to: &out)
-        case .number(let n): number(n, to: &out)
-        case .bool(let b): b ? literal("true", to: &out) : literal("false", to: &out)
-        case .null: literal("null", to: &out)
-        case .object(let members): object(members, to: &out)
-        case .array: JSONWriter.write(value, to: &out)
-        }
-    }
-
-    /// Appends an object with its keys in ascending order (`JSONWriter`'s order). Up to 16 members
-    /// are sorted as dictionary indices in a stack buffer; larger objects go through `JSONWriter`.
-    static func object(_ members: [String: JSONValue], to out: inout [UInt8]) {
-        let n = members.count
-        guard n <= 16 else { JSONWriter.write(.object(members), to: &out); return }
-        out.append(UInt8(ascii: "{"))
-        withUnsafeTemporaryAllocation(of: Dictionary<String, JSONValue>.Index.self, capacity: max(n, 1)) { order in
-            order.initialize(repeating: members.startIndex)
-            defer { order.deinitialize() }
-            var count = 0
-            var i = members.startIndex
-            while i != members.endIndex {
-                // Insertion sort: attribute objects are small.
-                let key = members[i].key
-                var at = count
-                while at > 0, key < members[order[at - 1]].key {
-                    order[at] = order[at - 1]
-                    at -= 1
-                }
-                order[at] = i
-                count += 1
-                members.formIndex(after: &i)
-            }
-            for k in 0..<count {
-                if k > 0 { out.append(UInt8(ascii: ",")) }
-                let member = members[order[k]]
-                string(member.key, to: &out)
-                out.append(UInt8(ascii: ":"))
-                value(member.value, to: &out)
-            }
-        }
-        out.append(UInt8(ascii: "}"))
-    }
-
-    /// Appends event attributes as an object with sorted keys.
-    static func attributes(_ attrs: EventAttributes, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
-        var first = true
-        attrs.forEachSorted { key, member in
-            if !first { out.append(UInt8(ascii: ",")) }
-            first = false
-            string(key, to: &out)
-            out.append(UInt8(ascii: ":"))
-            value(member, to: &out)
-        }
-        out.append(UInt8(ascii: "}"))
-    }
-
-    /// Appends the 16 lowercase hex digits of `value`.
-    static func hex(_ value: UInt64, to out: inout [UInt8]) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { buf in
-            fillHex(value, buf.baseAddress!)
-            out.append(contentsOf: UnsafeBufferPointer(buf))
-        }
-    }
-
-    /// Appends the 32 lowercase hex digits of `high` then `low`.
-    static func hex(_ high: UInt64, _ low: UInt64, to out: inout [UInt8]) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { buf in
-            fillHex(high, buf.baseAddress!)
-            fillHex(low, buf.baseAddress! + 16)
-            out.append(contentsOf: UnsafeBufferPointer(buf))
-        }
-    }
-
-    @inline(__always)
-    private static func fillHex(_ value: UInt64, _ at: UnsafeMutablePointer<UInt8>) {
-        digits.withUTF8Buffer { table in
-            for i in 0..<16 { at[i] = table[Int((value >> UInt64(60 - 4 * i)) & 0xF)] }
-        }
     }
 }
 
@@ -266,11 +104,21 @@ public enum ISO8601 {
         return "\(pad(f.y, 4))-\(pad(f.m, 2))-\(pad(f.d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2)).\(pad(f.frac, 6))Z"
     }
 
-    /// Civil date, seconds of the day and microseconds of a time, clamped into `validRange` (NaN to 0):
-    /// a time outside it would overflow the Int64 conversion.
-    private static func fields(_ seconds: Double) -> (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64) {
+    /// Microseconds since 1970 of a time clamped into `validRange` (NaN to 0): a time outside it
+    /// would overflow the Int64 conversion.
+    static func micros(_ seconds: Double) -> Int64 {
         let clamped = seconds.isNaN ? 0 : min(max(seconds, validRange.lowerBound), validRange.upperBound)
-        let micros = min(Int64((clamped * 1_000_000).rounded(.down)), 253_402_300_799_999_999)
+        // Not negative, so truncating is rounding down.
+        return min(Int64(clamped * 1_000_000), 253_402_300_799_999_999)
+    }
+
+    /// Civil date, seconds of the day and microseconds of a time, clamped into `validRange`.
+    private static func fields(_ seconds: Double) -> (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64) {
+        fields(micros: micros(seconds))
+    }
+
+    /// Civil date, seconds of the day and microseconds of `micros` (from `micros(_:)`).
+    static func fields(micros: Int64) -> (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64) {
         var days = micros >= 0 ? micros / 86_400_000_000 : (micros - 86_399_999_999) / 86_400_000_000
         let inDay = micros - days * 86_400_000_000
         // Civil-from-days (Howard Hinnant).
@@ -287,7 +135,7 @@ public enum ISO8601 {
     }
 
     /// Writes the 27 bytes of a time whose year has four digits.
-    private static func fill(_ buf: UnsafeMutableBufferPointer<UInt8>, _ f: (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64)) {
+    static func fill(_ buf: UnsafeMutableBufferPointer<UInt8>, _ f: (y: Int64, m: Int64, d: Int64, secs: Int64, frac: Int64)) {
         func put(_ v: Int64, _ at: Int, _ width: Int) {
             var v = v
             for i in stride(from: at + width - 1, through: at, by: -1) { buf[i] = UInt8(48 + v % 10); v /= 10 }

@@ -115,7 +115,10 @@ public final class JSONLinesSink: ClosingSink {
     public func consume(batches: [[Envelope]]) {
         file.withLock { state in
             for batch in batches {
-                for envelope in batch { append(envelope, to: &state) }
+                // Each envelope is lent in place (no copy, no reference counting).
+                batch.withUnsafeBufferPointer { envelopes in
+                    for i in envelopes.indices { append(envelopes[i], to: &state) }
+                }
             }
             if fsync == .batch { state.write(sync: true) }
         }
@@ -124,23 +127,22 @@ public final class JSONLinesSink: ClosingSink {
     /// Serialises one line at the end of the buffer, rotating first when it would take the file
     /// past `rotateBytes`, and writes according to the fsync policy.
     private func append(_ envelope: Envelope, to state: inout FileState) {
-        let start = state.buffer.count
-        envelope.appendJSON(to: &state.buffer)
-        state.buffer.append(10)
-        let size = state.buffer.count - start
+        let start = state.count
+        state.appendLine(envelope)
+        let size = state.count - start
         if state.size + start + size > rotateBytes && state.size + start > 0 {
             // Rare: the line goes to the next file; what precedes it finishes this one.
-            let line = Array(state.buffer[start...])
-            state.buffer.removeSubrange(start...)
+            let line = Array(UnsafeBufferPointer(start: state.bytes + start, count: size))
+            state.count = start
             state.write(sync: fsync != .never)
             state.rotate(path, keep: keep)
-            state.buffer.append(contentsOf: line)
+            line.withUnsafeBufferPointer { state.append($0) }
         }
         switch fsync {
         case .always: state.write(sync: true)
         // Bounded memory for a large take; the fsync comes at the end of the call.
-        case .batch: if state.buffer.count >= Self.batchWriteLimit { state.write(sync: false) }
-        case .never: if state.buffer.count >= Self.bufferLimit { state.write(sync: false) }
+        case .batch: if state.count >= Self.batchWriteLimit { state.write(sync: false) }
+        case .never: if state.count >= Self.bufferLimit { state.write(sync: false) }
         }
     }
 
@@ -172,10 +174,50 @@ private struct FileState: ~Copyable {
     var fd: Int32 = -1
     var path = ""
     var size = 0
-    var buffer: [UInt8] = []
+    /// Lines not yet written: `count` bytes at `bytes`, which has room for `capacity`.
+    var bytes: UnsafeMutablePointer<UInt8>
+    var capacity: Int
+    var count = 0
+    /// Serialises the lines (and keeps the date text of the last second written).
+    var writer = EnvelopeLineWriter()
     var writeErrors = 0
     var lastError: String?
     var rotations = 0
+
+    init() {
+        capacity = 128 * 1024
+        bytes = .allocate(capacity: capacity)
+    }
+
+    /// Appends `envelope`'s line and a newline to the buffer, growing it when the line does not fit.
+    mutating func appendLine(_ envelope: Envelope) {
+        while true {
+            if capacity - count < 4096 { grow(to: capacity * 2) }
+            // One byte is kept for the newline.
+            if let n = writer.write(envelope, to: bytes + count, capacity: capacity - count - 1) {
+                bytes[count + n] = 10
+                count += n + 1
+                return
+            }
+            grow(to: capacity * 2)
+        }
+    }
+
+    /// Appends bytes to the buffer.
+    mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
+        guard let base = source.baseAddress else { return }
+        if capacity - count < source.count { grow(to: max(capacity * 2, count + source.count)) }
+        (bytes + count).update(from: base, count: source.count)
+        count += source.count
+    }
+
+    mutating func grow(to newCapacity: Int) {
+        let larger = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        larger.update(from: bytes, count: count)
+        bytes.deallocate()
+        bytes = larger
+        capacity = newCapacity
+    }
 
     mutating func open(_ path: String) throws(JSONLinesError) {
         self.path = path
@@ -191,27 +233,24 @@ private struct FileState: ~Copyable {
         if fd < 0 {
             do { try open(path) } catch {
                 fail(error.message)
-                buffer.removeAll(keepingCapacity: true)
+                count = 0
                 return
             }
         }
-        if !buffer.isEmpty {
-            let count = buffer.count
-            let ok = buffer.withUnsafeBytes { raw -> Bool in
-                guard let base = raw.baseAddress else { return true }
-                var offset = 0
-                while offset < count {
-                    let n = POSIX.write(fd, base + offset, count - offset)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        return false
-                    }
-                    offset += n
+        if count > 0 {
+            var offset = 0
+            var ok = true
+            while offset < count {
+                let n = POSIX.write(fd, bytes + offset, count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    ok = false
+                    break
                 }
-                return true
+                offset += n
             }
             if ok { size += count } else { fail("write failed: \(String(cString: strerror(errno)))") }
-            buffer.removeAll(keepingCapacity: true)
+            count = 0
         }
         if sync, POSIX.fsync(fd) != 0 { fail("fsync failed: \(String(cString: strerror(errno)))") }
     }
@@ -242,7 +281,10 @@ private struct FileState: ~Copyable {
         lastError = message
     }
 
-    deinit { if fd >= 0 { POSIX.close(fd) } }
+    deinit {
+        if fd >= 0 { POSIX.close(fd) }
+        bytes.deallocate()
+    }
 }
 
 /// The system calls, out of reach of FileState's methods of the same names.

@@ -100,7 +100,7 @@ public final class MetricsSink: EventSink {
     /// `flowscope_events_total{name}`, one pre-created series per event name.
     let eventCounters: [EventName: Counter]
     /// Series already looked up, by family and raw label values (see `SeriesHandles`).
-    private let handles = Mutex(SeriesHandles())
+    private let handles: Mutex<SeriesHandles>
 
     /// A sink with the spec's families registered in a fresh registry and `flowscope_build_info{version}` set to 1.
     /// Throws when `options` are out of range (a placement limit below 1, buckets not increasing).
@@ -136,6 +136,7 @@ public final class MetricsSink: EventSink {
                                     unit: "bytes").labels()
         let events = try r.counter("flowscope_events_total", help: "Events seen by the metrics sink, by name.", labels: ["name"])
         eventCounters = Dictionary(uniqueKeysWithValues: EventName.allCases.map { ($0, events.labels($0.rawValue)) })
+        handles = Mutex(SeriesHandles(events: EventName.allCases.map { ($0, events.labels($0.rawValue)) }))
         eventsDropped = try r.counter("flowscope_events_dropped_total", help: "Events a sink lost because its queue was full.",
                                       labels: ["sink"], valueLimits: ["sink": a])
         queueDepth = try r.gauge("flowscope_sink_queue_depth", help: "Events waiting in a sink's queue.",
@@ -154,7 +155,21 @@ public final class MetricsSink: EventSink {
     /// before), then incremented with one atomic add.
     public func consume(_ batch: [Envelope]) {
         handles.withLock { handles in
-            for event in batch { record(event, &handles) }
+            // Each envelope is lent in place (no copy, no reference counting).
+            batch.withUnsafeBufferPointer { events in
+                for i in events.indices { record(events[i], &handles) }
+            }
+        }
+    }
+
+    /// Updates the metrics from every batch under one lock.
+    public func consume(batches: [[Envelope]]) {
+        handles.withLock { handles in
+            for batch in batches {
+                batch.withUnsafeBufferPointer { events in
+                    for i in events.indices { record(events[i], &handles) }
+                }
+            }
         }
     }
 
@@ -174,11 +189,11 @@ public final class MetricsSink: EventSink {
         registry.withRendered(format: format, body)
     }
 
-    func record(_ e: Envelope, _ h: inout SeriesHandles) {
-        h.events(e.name, eventCounters)?.inc()
-        let placement = e.placement ?? ""
+    func record(_ e: borrowing Envelope, _ h: inout SeriesHandles) {
+        h.events(e.name)?.inc()
         switch e.name {
         case .fetchEnd:
+            let placement = e.placement ?? ""
             let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
             let source = Self.text(e.attrs["source"]).flatMap { $0.isEmpty ? nil : $0 } ?? "none"
             let call = Self.label(e.attrs["call"]), outcome = failed ? "error" : "success"
@@ -187,15 +202,15 @@ public final class MetricsSink: EventSink {
                 h.histogram(SeriesKey(.fetchDuration, placement, source), fetchDuration).observe(d)
             }
             if e.attrs["targetingLost"]?.boolValue == true {
-                h.counter(SeriesKey(.targetingLost, placement), targetingLost).inc()
+                h.placementCounter(.targetingLost, e.placement, targetingLost).inc()
             }
-        case .cacheHit: h.counter(SeriesKey(.cacheLookups, placement, "hit"), cacheLookups).inc()
-        case .cacheMiss: h.counter(SeriesKey(.cacheLookups, placement, "miss"), cacheLookups).inc()
-        case .cacheExpired: h.counter(SeriesKey(.cacheLookups, placement, "expired"), cacheLookups).inc()
+        case .cacheHit: h.placementCounter(.cacheHit, e.placement, cacheLookups).inc()
+        case .cacheMiss: h.placementCounter(.cacheMiss, e.placement, cacheLookups).inc()
+        case .cacheExpired: h.placementCounter(.cacheExpired, e.placement, cacheLookups).inc()
         case .timeout:
-            h.counter(SeriesKey(.timeouts, placement, Self.label(e.attrs["stage"])), timeouts).inc()
+            h.counter(SeriesKey(.timeouts, e.placement ?? "", Self.label(e.attrs["stage"])), timeouts).inc()
         case .fallback:
-            h.counter(SeriesKey(.fallbacks, placement, Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])), fallbacks).inc()
+            h.counter(SeriesKey(.fallbacks, e.placement ?? "", Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])), fallbacks).inc()
         case .preloadEnd:
             // Sorted, so that which placements fold into `_other` does not depend on hash order.
             for (failedPlacement, code) in (e.attrs["failed"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
@@ -264,21 +279,79 @@ struct SeriesKey: Hashable {
     var values: [String] { Array([a, b, c, d].prefix(count)) }
 }
 
-/// The metrics sink's series handles: a dictionary from `SeriesKey` to the series, and the last
-/// series used (events of a burst usually hit the same one: then no hashing at all). Bounded:
-/// it is emptied when it reaches `limit` entries (the families themselves stay bounded by their
-/// value limits; only the shortcut is lost).
+/// A series of a family whose only label is the placement (or the placement and a fixed value):
+/// what `SeriesHandles` keeps per placement.
+enum PlacementSeries: Int, CaseIterable {
+    /// `flowscope_cache_lookups_total{placement, result="hit"}`, and so on.
+    case cacheHit, cacheMiss, cacheExpired
+    /// `flowscope_targeting_lost_total{placement}`.
+    case targetingLost
+
+    /// The label values after the placement.
+    var values: [String] {
+        switch self {
+        case .cacheHit: ["hit"]
+        case .cacheMiss: ["miss"]
+        case .cacheExpired: ["expired"]
+        case .targetingLost: []
+        }
+    }
+}
+
+/// The metrics sink's series handles, so that an event finds its series without building label
+/// arrays or taking a family's lock:
+/// - `flowscope_events_total` by event name, in a short list compared by name;
+/// - per placement, the series of the families labelled by placement alone (cache lookups,
+///   targeting lost), the placement compared with the last one seen before any hashing;
+/// - every other series by `SeriesKey`, the last one used kept aside.
+/// Bounded: a table is emptied when it reaches `limit` entries (the families themselves stay
+/// bounded by their value limits; only the shortcut is lost).
 struct SeriesHandles {
     static let limit = 4096
     var counters = HandleCache<Counter>()
     var histograms = HandleCache<Histogram>()
-    var lastEvent: (name: EventName, series: Counter)?
+    /// One series per event name.
+    let eventSeries: [(name: EventName, series: Counter)]
+    /// Row of each placement in `placementRows` (nil placements are "").
+    var placementIndex: [String: Int] = [:]
+    /// Per placement, the series of `PlacementSeries` (nil until first used).
+    var placementRows: [[Counter?]] = []
+    /// The placement last looked up, and its row.
+    var lastPlacement = ""
+    var lastRow = -1
+
+    init(events: [(EventName, Counter)]) {
+        eventSeries = events.map { (name: $0.0, series: $0.1) }
+    }
 
     /// The `flowscope_events_total` series of `name`.
-    mutating func events(_ name: EventName, _ all: [EventName: Counter]) -> Counter? {
-        if let last = lastEvent, last.name == name { return last.series }
-        guard let series = all[name] else { return nil }
-        lastEvent = (name, series)
+    func events(_ name: EventName) -> Counter? {
+        for entry in eventSeries where entry.name == name { return entry.series }
+        return nil
+    }
+
+    /// The series `which` of `placement` in `family`.
+    mutating func placementCounter(_ which: PlacementSeries, _ placement: String?, _ family: CounterFamily) -> Counter {
+        let key = placement ?? ""
+        let row: Int
+        if lastRow >= 0, key == lastPlacement {
+            row = lastRow
+        } else if let known = placementIndex[key] {
+            row = known
+        } else {
+            if placementRows.count >= Self.limit {
+                placementIndex.removeAll(keepingCapacity: true)
+                placementRows.removeAll(keepingCapacity: true)
+            }
+            row = placementRows.count
+            placementRows.append(Array(repeating: nil, count: PlacementSeries.allCases.count))
+            placementIndex[key] = row
+        }
+        lastPlacement = key
+        lastRow = row
+        if let series = placementRows[row][which.rawValue] { return series }
+        let series = family.labels([key] + which.values)
+        placementRows[row][which.rawValue] = series
         return series
     }
 
@@ -296,11 +369,13 @@ struct SeriesHandles {
 /// Series handles of one kind by key, with the last one used kept aside.
 struct HandleCache<Series: AnyObject> {
     var byKey: [SeriesKey: Series] = [:]
-    var last: (key: SeriesKey, series: Series)?
+    var lastKey: SeriesKey?
+    var lastSeries: Series?
 
     /// The series of `key`: the last one, a known one, or `lookUp()`'s (then remembered).
+    @inline(__always)
     mutating func series(_ key: SeriesKey, lookUp: () -> Series) -> Series {
-        if let last, last.key == key { return last.series }
+        if let lastSeries, lastKey == key { return lastSeries }
         let series: Series
         if let known = byKey[key] {
             series = known
@@ -309,7 +384,8 @@ struct HandleCache<Series: AnyObject> {
             if byKey.count >= SeriesHandles.limit { byKey.removeAll(keepingCapacity: true) }
             byKey[key] = series
         }
-        last = (key, series)
+        lastKey = key
+        lastSeries = series
         return series
     }
 }
