@@ -46,7 +46,9 @@ public final class FlowEngine: CacheView {
     public let flowCache: FlowCache
     public let layouts: LayoutStore
     private unowned let host: EngineHost
-    private let events: EngineEventSink?
+    /// Where events go (a sink that drops them when the engine has none). Not optional, so emitting
+    /// calls it in place instead of copying an optional existential per event.
+    private let events: any EngineEventSink
     /// Whether a sink listens (checked on hot paths instead of copying the optional sink).
     private let reportsEvents: Bool
     private var newTrace: () -> TraceID
@@ -95,7 +97,7 @@ public final class FlowEngine: CacheView {
         self.flowCache = flowCache
         self.layouts = layouts
         self.host = host
-        self.events = events
+        self.events = events ?? NoEventSink()
         self.reportsEvents = events != nil
         self.newTrace = traceIDs
     }
@@ -165,7 +167,7 @@ public final class FlowEngine: CacheView {
         guard let owner = requestOwners.removeValue(forKey: request.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.request, tag: owner.tag)
         drive(owner.call, now: now) { machine, cache, actions in
-            switch machine {
+            switch consume machine {
             case .get(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .get(m)
             case .preload(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .preload(m)
             case .orDefault(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
@@ -181,7 +183,7 @@ public final class FlowEngine: CacheView {
         guard let owner = timerOwners.removeValue(forKey: timer.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.timer, tag: owner.tag)
         drive(owner.call, now: now) { machine, cache, actions in
-            switch machine {
+            switch consume machine {
             case .get(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .get(m)
             case .preload(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .preload(m)
             case .orDefault(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
@@ -216,7 +218,8 @@ public final class FlowEngine: CacheView {
         flowCache.retainOnly(profileId: profileId)
         let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: configuration.requestTimeout)),
                          now: now, reported: false, first: { engine, trace in
-            engine.events?.receive(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
+            guard engine.reportsEvents else { return }
+            engine.events.receive(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
                                                span: SpanID(trace: trace, index: 0),
                                                attrs: ["from": .string(old), "to": .string(profileId)]))
         })
@@ -234,9 +237,11 @@ public final class FlowEngine: CacheView {
         profile.appliedAttributionSources.insert(source)
         let trace = observed ?? newTrace()
         if observed == nil { lastTrace = trace }
-        events?.receive(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
-                                    span: SpanID(trace: trace, index: 0),
-                                    attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
+        if reportsEvents {
+            events.receive(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
+                                       span: SpanID(trace: trace, index: 0),
+                                       attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
+        }
         guard source == "appleAds" else { return }
         for id in attributionWatchers.sorted() {
             attributionWatchers.remove(id)
@@ -262,7 +267,7 @@ public final class FlowEngine: CacheView {
 
     // MARK: running machines
 
-    private func begin(_ machine: Machine, now: Double, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
+    private func begin(_ machine: consuming Machine, now: Double, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
                        trace inherited: TraceID? = nil, spanBase: UInt64 = 0, origin: CallID? = nil,
                        first: ((FlowEngine, TraceID) -> Void)? = nil) -> CallID {
         let id = CallID(raw: nextID)
@@ -273,7 +278,7 @@ public final class FlowEngine: CacheView {
         first?(self, trace)
         var machine = machine
         var actions = takeActionBuffer()
-        switch machine {
+        switch consume machine {
         case .get(var m): m.start(now: now, cache: self, actions: &actions); machine = .get(m)
         case .preload(var m): m.start(now: now, cache: self, actions: &actions); machine = .preload(m)
         case .orDefault(var m): m.start(now: now, cache: self, actions: &actions); machine = .orDefault(m)
@@ -283,25 +288,27 @@ public final class FlowEngine: CacheView {
         }
         if actions.allSatisfy(\.endsWithinStart) {
             // A call that ends during its start (a cache hit) never enters the call table.
-            performWithinStart(actions, id, info, parent: parent, reported: reported, now: now)
+            performWithinStart(&actions, id, info, parent: parent, reported: reported, now: now)
         } else {
             calls[id.raw] = Call(machine: machine, info: info, parent: parent, reported: reported)
-            perform(actions, for: id, now: now)
+            perform(&actions, for: id, now: now)
         }
         giveBack(&actions)
         return id
     }
 
     /// Carries out the actions of a call that ends in its start: events, cache writes, its end.
-    private func performWithinStart(_ actions: [MachineAction], _ id: CallID, _ call: CallInfo,
+    /// Actions are moved out of the buffer as they are carried out (none is copied).
+    private func performWithinStart(_ actions: inout [MachineAction], _ id: CallID, _ call: CallInfo,
                                     parent: (call: CallID, tag: Int)?, reported: Bool, now: Double) {
-        for action in actions {
-            switch action {
-            case .emit(let name, let placement, let span, let attrs): emit(name, placement: placement, span: span, attrs, call, now)
+        actions.reverse()
+        while let action = actions.popLast() {
+            switch consume action {
+            case .emit(let name, let placement, let span, let attrs): emitBuilt(name, placement: placement, span: span, attrs, call, now)
             case .storeFlow(let placement, let entry, let keepTargeted): store(placement, entry, keepTargeted: keepTargeted, call, now)
             case .storeLayout(let layout): store(layout, call, now)
             case .finish(let outcome): return conclude(id, parent: parent, reported: reported, outcome, now: now)
-            default: assertionFailure("\(action) does not end within a start")
+            default: assertionFailure("an action that needs a running call, in a call that ends within its start")
             }
         }
     }
@@ -323,7 +330,7 @@ public final class FlowEngine: CacheView {
 
     private func abort(_ id: CallID, _ error: FlowError, now: Double) {
         drive(id, now: now) { machine, _, actions in
-            switch machine {
+            switch consume machine {
             case .get(var m): m.abort(error, now: now, actions: &actions); machine = .get(m)
             case .preload(var m): m.abort(error, now: now, actions: &actions); machine = .preload(m)
             case .orDefault(var m): m.abort(error, now: now, actions: &actions); machine = .orDefault(m)
@@ -340,16 +347,18 @@ public final class FlowEngine: CacheView {
         guard let call = calls[id.raw] else { return }
         var actions = takeActionBuffer()
         body(&call.machine, self, &actions)
-        perform(actions, for: id, now: now)
+        perform(&actions, for: id, now: now)
         giveBack(&actions)
     }
 
-    private func perform(_ actions: [MachineAction], for id: CallID, now: Double) {
-        for action in actions {
+    /// Carries out a call's actions in order, moving each out of the buffer (none is copied).
+    private func perform(_ actions: inout [MachineAction], for id: CallID, now: Double) {
+        actions.reverse()
+        while let action = actions.popLast() {
             // The call may have ended during an earlier action (a finished child, an abort).
             guard let running = calls[id.raw] else { return }
             let call = running.info
-            switch action {
+            switch consume action {
             case .send(let tag, let spec):
                 let rid = RequestID(raw: nextID)
                 nextID += 1
@@ -379,7 +388,7 @@ public final class FlowEngine: CacheView {
             case .storeLayout(let layout):
                 store(layout, call, now)
             case .emit(let name, let placement, let span, let attrs):
-                emit(name, placement: placement, span: span, attrs, call, now)
+                emitBuilt(name, placement: placement, span: span, attrs, call, now)
             case .startChild(let tag, let child):
                 let machine: Machine
                 do {
@@ -483,10 +492,23 @@ public final class FlowEngine: CacheView {
 
     private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: @autoclosure () -> EventAttributes,
                       _ call: CallInfo, _ now: Double) {
-        guard reportsEvents, let events else { return }
+        guard reportsEvents else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
         events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
     }
+
+    /// Emits an event whose attributes a machine already built (moved in, not copied).
+    private func emitBuilt(_ name: EventName, placement: consuming String?, span: Int, _ attrs: consuming EventAttributes,
+                           _ call: CallInfo, _ now: Double) {
+        guard reportsEvents else { return }
+        let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
+        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+    }
+}
+
+/// The sink of an engine without one: never called (the engine checks `reportsEvents` first).
+private struct NoEventSink: EngineEventSink {
+    func receive(_ event: EngineEvent) {}
 }
 
 /// What a running call owns, by the machine's tags. A call owns a few requests, a timer, at most two

@@ -95,7 +95,8 @@ public struct EngineEvent: Sendable {
     /// The event's attributes (events-and-metrics.md lists them per name).
     public var attrs: EventAttributes
 
-    public init(name: EventName, t: Double, placement: String?, trace: TraceID, span: SpanID, attrs: EventAttributes = [:]) {
+    public init(name: EventName, t: Double, placement: consuming String?, trace: TraceID, span: SpanID,
+                attrs: consuming EventAttributes = [:]) {
         self.name = name; self.t = t; self.placement = placement; self.trace = trace; self.span = span; self.attrs = attrs
     }
 }

@@ -101,7 +101,7 @@ public struct LRUIndex<Key: Hashable & Sendable>: Sendable {
     /// Marks `key` most recently used (no effect for a key not indexed).
     public mutating func touch(_ key: Key) {
         clock += 1
-        slots[key]?.lastUse = clock
+        if let i = slots.index(forKey: key) { slots.values[i].lastUse = clock }
     }
 
     /// Records `key` at `bytes` (replacing its previous size) as most recently used, then evicts least
