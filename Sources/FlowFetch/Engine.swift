@@ -301,8 +301,8 @@ public final class FlowEngine: CacheView {
     /// Actions are moved out of the buffer as they are carried out (none is copied).
     private func performWithinStart(_ actions: inout [MachineAction], _ id: CallID, _ call: CallInfo,
                                     parent: (call: CallID, tag: Int)?, reported: Bool, now: Double) {
-        actions.reverse()
-        while let action = actions.popLast() {
+        for i in actions.indices {
+            let action = take(&actions[i])
             switch consume action {
             case .emit(let name, let placement, let span, let attrs): emitBuilt(name, placement: placement, span: span, attrs, call, now)
             case .storeFlow(let placement, let entry, let keepTargeted): store(placement, entry, keepTargeted: keepTargeted, call, now)
@@ -311,6 +311,13 @@ public final class FlowEngine: CacheView {
             default: assertionFailure("an action that needs a running call, in a call that ends within its start")
             }
         }
+    }
+
+    /// Moves an action out of its buffer, leaving a trivial placeholder (nothing is retained or copied).
+    private func take(_ slot: inout MachineAction) -> MachineAction {
+        var action = MachineAction.cancel(tag: 0)
+        swap(&action, &slot)
+        return action
     }
 
     /// Action buffers to reuse: a cache hit then allocates none.
@@ -353,8 +360,8 @@ public final class FlowEngine: CacheView {
 
     /// Carries out a call's actions in order, moving each out of the buffer (none is copied).
     private func perform(_ actions: inout [MachineAction], for id: CallID, now: Double) {
-        actions.reverse()
-        while let action = actions.popLast() {
+        for i in actions.indices {
+            let action = take(&actions[i])
             // The call may have ended during an earlier action (a finished child, an abort).
             guard let running = calls[id.raw] else { return }
             let call = running.info
