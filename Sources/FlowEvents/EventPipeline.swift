@@ -131,9 +131,20 @@ public final class EventPipeline: EngineEventSink {
         receive(event, run: run)
     }
 
+    /// Receives several engine events at once (one lock, one clock read), in order.
+    public func receive(contentsOf events: [EngineEvent]) {
+        receive(contentsOf: events, run: run)
+    }
+
     /// Receives one engine event for `run`.
     func receive(_ event: EngineEvent, run: String) {
         hub.enqueue(event, ts: wallClock(), run: run, reporter: reporter)
+    }
+
+    /// Receives several engine events for `run`.
+    func receive(contentsOf events: [EngineEvent], run: String) {
+        guard !events.isEmpty else { return }
+        hub.enqueue(contentsOf: events, ts: wallClock(), run: run, reporter: reporter)
     }
 
     /// Puts envelopes that came from elsewhere (another process, `POST /api/ingest`, a replayed
@@ -215,6 +226,11 @@ public struct PipelineRunSink: EngineEventSink {
     /// Receives one engine event for `run`. Never blocks on a sink.
     public func receive(_ event: EngineEvent) {
         pipeline.receive(event, run: run)
+    }
+
+    /// Receives several engine events for `run`, in order. Never blocks on a sink.
+    public func receive(contentsOf events: [EngineEvent]) {
+        pipeline.receive(contentsOf: events, run: run)
     }
 }
 
@@ -332,6 +348,21 @@ private final class Hub: Sendable {
             let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
             state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
             admit(except: nil, state: &state, reporter: reporter, wake: &wake)
+        }
+        wake.signal(wakes)
+    }
+
+    /// Stamps several engine events (one wall-clock time, consecutive seqs) and appends them in order.
+    func enqueue(contentsOf events: [EngineEvent], ts: Double, run: String, reporter: DropReporter) {
+        var wake = WakeList()
+        state.withLock { state in
+            guard !state.closed else { return }
+            var seq = processSequence.wrappingAdd(UInt64(events.count), ordering: .relaxed).newValue - UInt64(events.count)
+            for event in events {
+                seq += 1
+                state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
+                admit(except: nil, state: &state, reporter: reporter, wake: &wake)
+            }
         }
         wake.signal(wakes)
     }

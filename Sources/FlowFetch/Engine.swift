@@ -219,16 +219,18 @@ public final class FlowEngine: CacheView {
         let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: configuration.requestTimeout)),
                          now: now, reported: false, first: { engine, trace in
             guard engine.reportsEvents else { return }
-            engine.events.receive(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
-                                               span: SpanID(trace: trace, index: 0),
-                                               attrs: ["from": .string(old), "to": .string(profileId)]))
+            engine.record(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
+                                      span: SpanID(trace: trace, index: 0),
+                                      attrs: ["from": .string(old), "to": .string(profileId)]))
         })
+        flushEvents()
         return trace(of: call) ?? lastTrace
     }
 
     /// The backend applied an attribution source to the current profile (observed now).
     public func applyAttribution(_ source: String, now: Double) {
         applyAttribution(source, now: now, trace: nil)
+        flushEvents()
     }
 
     /// Applies attribution; `trace` is the call that observed it (a profile fetch), or nil for a new trace.
@@ -238,9 +240,9 @@ public final class FlowEngine: CacheView {
         let trace = observed ?? newTrace()
         if observed == nil { lastTrace = trace }
         if reportsEvents {
-            events.receive(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
-                                       span: SpanID(trace: trace, index: 0),
-                                       attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
+            record(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
+                               span: SpanID(trace: trace, index: 0),
+                               attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
         }
         guard source == "appleAds" else { return }
         for id in attributionWatchers.sorted() {
@@ -294,6 +296,7 @@ public final class FlowEngine: CacheView {
             perform(&actions, for: id, now: now)
         }
         giveBack(&actions)
+        flushEvents()
         return id
     }
 
@@ -356,6 +359,7 @@ public final class FlowEngine: CacheView {
         body(&call.machine, self, &actions)
         perform(&actions, for: id, now: now)
         giveBack(&actions)
+        flushEvents()
     }
 
     /// Carries out a call's actions in order, moving each out of the buffer (none is copied).
@@ -371,11 +375,13 @@ public final class FlowEngine: CacheView {
                 nextID += 1
                 requestOwners[rid.raw] = (id, tag)
                 running.owned.add(.request, tag: tag, rid.raw)
+                flushEvents()
                 host.send(rid, spec, origin: call.origin)
             case .cancel(let tag):
                 if let raw = running.owned.remove(.request, tag: tag) {
                     let rid = RequestID(raw: raw)
                     requestOwners[rid.raw] = nil
+                    flushEvents()
                     host.cancel(rid)
                 }
             case .setTimer(let tag, let at):
@@ -383,11 +389,13 @@ public final class FlowEngine: CacheView {
                 nextID += 1
                 timerOwners[tid.raw] = (id, tag)
                 running.owned.add(.timer, tag: tag, tid.raw)
+                flushEvents()
                 host.schedule(tid, at: at)
             case .clearTimer(let tag):
                 if let raw = running.owned.remove(.timer, tag: tag) {
                     let tid = TimerID(raw: raw)
                     timerOwners[tid.raw] = nil
+                    flushEvents()
                     host.unschedule(tid)
                 }
             case .storeFlow(let placement, let entry, let keepTargeted):
@@ -469,8 +477,8 @@ public final class FlowEngine: CacheView {
         guard let call = calls.removeValue(forKey: id.raw) else { return }
         for entry in call.owned.entries {
             switch entry.kind {
-            case .request: requestOwners[entry.raw] = nil; host.cancel(RequestID(raw: entry.raw))
-            case .timer: timerOwners[entry.raw] = nil; host.unschedule(TimerID(raw: entry.raw))
+            case .request: requestOwners[entry.raw] = nil; flushEvents(); host.cancel(RequestID(raw: entry.raw))
+            case .timer: timerOwners[entry.raw] = nil; flushEvents(); host.unschedule(TimerID(raw: entry.raw))
             case .child: break
             }
         }
@@ -484,6 +492,7 @@ public final class FlowEngine: CacheView {
             _ = calls[parent.call.raw]?.owned.remove(.child, tag: parent.tag)
             deliverChild(parent.call, tag: parent.tag, outcome, now: now)
         } else if reported {
+            flushEvents()
             host.finished(id, outcome, now: now)
         }
     }
@@ -501,7 +510,7 @@ public final class FlowEngine: CacheView {
                       _ call: CallInfo, _ now: Double) {
         guard reportsEvents else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
-        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
+        record(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
     }
 
     /// Emits an event whose attributes a machine already built (moved in, not copied).
@@ -509,7 +518,22 @@ public final class FlowEngine: CacheView {
                            _ call: CallInfo, _ now: Double) {
         guard reportsEvents else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
-        events.receive(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+        record(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+    }
+
+    /// Events of the input being handled. The sink gets them in one call, in order, before the engine
+    /// calls its host and before the input returns: a sink still sees every event before anything
+    /// the host does in response, at one hand-over (one lock, one clock read) per input.
+    @exclusivity(unchecked) private var pendingEvents: [EngineEvent] = []
+
+    private func record(_ event: consuming EngineEvent) {
+        pendingEvents.append(event)
+    }
+
+    private func flushEvents() {
+        guard !pendingEvents.isEmpty else { return }
+        events.receive(contentsOf: pendingEvents)
+        pendingEvents.removeAll(keepingCapacity: true)
     }
 }
 

@@ -105,4 +105,13 @@ public struct EngineEvent: Sendable {
 public protocol EngineEventSink: Sendable {
     /// Receives one event. Must not block.
     func receive(_ event: EngineEvent)
+    /// Receives several events, in order (the engine hands over the events of one input at once).
+    /// Must not block. The default calls `receive(_:)` for each.
+    func receive(contentsOf events: [EngineEvent])
+}
+
+extension EngineEventSink {
+    public func receive(contentsOf events: [EngineEvent]) {
+        for event in events { receive(event) }
+    }
 }

@@ -56,6 +56,38 @@ struct EventPipelineTests {
         #expect(a.envelopes.map(\.seq) == b.envelopes.map(\.seq))
     }
 
+    @Test("events handed over together keep their order, get consecutive seqs, one wall-clock time and the run")
+    func handOverTogether() {
+        let a = RecordingSink(name: "a")
+        let clock = Atomic<Int>(0)
+        let pipeline = EventPipeline(run: "live", sinks: [a], queueCapacity: 100_000,
+                                     wallClock: { Double(clock.add(1, ordering: .relaxed).newValue) })
+        let runSink = pipeline.sink(run: "test:x")
+        // Single events and groups interleaved, groups crossing segment boundaries (1,024 envelopes).
+        var next = 0
+        for round in 0..<300 {
+            let size = round % 7
+            let group = (next..<(next + size)).map { event($0) }
+            next += size
+            if round % 2 == 0 { pipeline.receive(contentsOf: group) } else { runSink.receive(contentsOf: group) }
+            pipeline.receive(event(next))
+            next += 1
+        }
+        pipeline.shutdown()
+        let got = a.envelopes
+        #expect(got.map(index) == Array(0..<next))
+        #expect(zip(got, got.dropFirst()).allSatisfy { $1.seq == $0.seq + 1 || $0.run != $1.run || $0.ts != $1.ts })
+        // Within one hand-over: one ts, consecutive seqs, one run.
+        let groups = Dictionary(grouping: got, by: \.ts).values.filter { $0.count > 1 }
+        #expect(!groups.isEmpty)
+        for g in groups {
+            #expect(Set(g.map(\.run)).count == 1)
+            let seqs = g.map(\.seq).sorted()
+            #expect(seqs.last! - seqs.first! == UInt64(g.count - 1))
+        }
+        #expect(got.contains { $0.run == "test:x" } && got.contains { $0.run == "live" })
+    }
+
     @Test("concurrent emitters still give each sink envelopes in seq order")
     func concurrentEmitters() async {
         let a = RecordingSink(name: "a")
