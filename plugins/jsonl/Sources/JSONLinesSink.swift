@@ -173,15 +173,16 @@ public final class JSONLinesSink: ClosingSink {
     private func startTimer() -> DispatchSemaphore {
         let stop = DispatchSemaphore(value: 0)
         let interval = fsyncInterval
-        let thread = Thread { [weak self] in
+        // `fsync:<sink name>`, cut to the 15 bytes Linux keeps for a thread name.
+        var label = "fsync:" + name
+        while label.utf8.count > 15 { label.removeLast() }
+        let thread = Thread { [weak self, label] in
+            nameThisThread(label)
             while stop.wait(timeout: .now() + interval) == .timedOut {
                 guard let self else { return }
                 self.syncWritten()
             }
         }
-        // `fsync:<sink name>`, cut to the 15 bytes Linux keeps for a thread name.
-        var label = "fsync:" + name
-        while label.utf8.count > 15 { label.removeLast() }
         thread.name = label
         thread.stackSize = 256 * 1024
         thread.start()
@@ -445,5 +446,15 @@ private func syncFileData(_ fd: Int32) -> Int32 { fdatasync(fd) }
 #else
 private func syncFileData(_ fd: Int32) -> Int32 { fsync(fd) }
 #endif
+/// Names the calling thread (seen in `top -H`, `/proc/<pid>/task/*/comm`): Foundation's
+/// `Thread.name` does not reach the kernel here, and Glibc's module lacks `pthread_setname_np`.
+private func nameThisThread(_ name: String) {
+    #if os(Linux)
+    let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    _ = name.utf8CString.withUnsafeBufferPointer { write(fd, $0.baseAddress, $0.count - 1) }
+    _ = close(fd)
+    #endif
+}
 private func duplicateFile(_ fd: Int32) -> Int32 { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
 private func closeFile(_ fd: Int32) { _ = close(fd) }

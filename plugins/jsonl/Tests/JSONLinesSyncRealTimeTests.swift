@@ -78,7 +78,7 @@ struct JSONLinesSyncRealTimeTests {
         // No thread until something is written.
         #expect(threads(named: label) == 0)
         sink?.consume([envelope(1)])
-        #expect(threads(named: label) == 1)
+        #expect(eventually(within: 5) { threads(named: label) == 1 })
         #expect(eventually(within: 5) { (sink?.syncs ?? 0) >= 1 })
         sink?.close()
         #expect(eventually(within: 5) { threads(named: label) == 0 })
@@ -87,7 +87,7 @@ struct JSONLinesSyncRealTimeTests {
         #expect(sink?.syncs == synced)
         // A batch after close reopens the file and restarts the timer.
         sink?.consume([envelope(2)])
-        #expect(threads(named: label) == 1)
+        #expect(eventually(within: 5) { threads(named: label) == 1 })
         #expect(eventually(within: 5) { (sink?.syncs ?? 0) > synced })
         #expect(lines(path).count == 2)
         // Released without close (deinit): the thread goes away, nothing crashes later.
