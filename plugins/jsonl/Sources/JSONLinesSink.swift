@@ -17,7 +17,8 @@ import Darwin
 ///   file, so once `consume` returns the batch survives a crash of the process; a background
 ///   thread of the sink fdatasyncs what was written at most once per `fsyncInterval` seconds (1 by
 ///   default), so a crash of the machine loses at most about the last `fsyncInterval` of lines.
-///   The thread sleeps while nothing is written and stops at `close()` or when the sink goes away.
+///   While nothing is written the thread only wakes once per interval to find nothing to do; it
+///   stops at `close()` or when the sink goes away.
 /// - `batch`: at the end of every `consume` call all its lines are written and `fsync`ed, so once
 ///   `consume` returns the batch survives a crash of the process or the machine.
 ///   The pipeline hands over everything it took from the sink's queue in one call
@@ -65,7 +66,7 @@ public final class JSONLinesSink: ClosingSink {
     /// With `fsync: batch`, the buffer is written (not yet fsynced) whenever it reaches this size.
     private static let batchWriteLimit = 1024 * 1024
     /// The longest `fsyncInterval` accepted (a day), so the timer's deadline stays representable.
-    static let longestFsyncInterval = 86_400.0
+    private static let longestFsyncInterval = 86_400.0
     private let file: Mutex<FileState>
     private let backgroundSyncs = Atomic<Int>(0)
 
