@@ -83,10 +83,27 @@ struct JSONLinesSinkTests {
         #expect(lines(path).count == 2 && lines(path).first == "{\"seq\":0}")
     }
 
+    @Test("under the default interval policy a batch can be read from the file by another reader once consume returns")
+    func intervalWritesAtConsume() throws {
+        let path = tempDirectory() + "/events.jsonl"
+        let sink = try JSONLinesSink(path: path)
+        #expect(sink.fsync == .interval && sink.fsyncInterval == 1)
+        sink.consume([envelope(1), envelope(2)])
+        #expect(lines(path) == [envelope(1).jsonLine, envelope(2).jsonLine])
+        sink.consume(batches: [[envelope(3)], [], [envelope(4), envelope(5)]])
+        // Another descriptor of the file, opened after the call, sees every line.
+        #expect(lines(path).count == 5)
+        // A batch larger than the 1 MiB write threshold is whole in the file too.
+        sink.consume((6..<6006).map { envelope(UInt64($0)) })
+        let got = lines(path)
+        #expect(got.count == 6005 && got.last == envelope(6005).jsonLine)
+        #expect(sink.writeErrors == 0)
+    }
+
     @Test("under the batch policy a batch is in the file once consume returns")
     func batchDurable() throws {
         let path = tempDirectory() + "/events.jsonl"
-        let sink = try JSONLinesSink(path: path)
+        let sink = try JSONLinesSink(path: path, fsync: .batch)
         sink.consume([envelope(1), envelope(2)])
         #expect(lines(path).count == 2)
         let always = try JSONLinesSink(path: path + "2", fsync: .always)
@@ -115,11 +132,29 @@ struct JSONLinesSinkTests {
         let dir = tempDirectory()
         let sink = try registry.make(type: "jsonl", context: SinkContext(options: ["rotateBytes": 1000], path: "$.sinks[1]", stateDirectory: dir))
         #expect((sink as? JSONLinesSink)?.path == dir + "/events.jsonl")
-        #expect((sink as? JSONLinesSink)?.fsync == .batch && (sink as? JSONLinesSink)?.keep == 3)
+        #expect((sink as? JSONLinesSink)?.fsync == .interval && (sink as? JSONLinesSink)?.keep == 3)
+        #expect((sink as? JSONLinesSink)?.fsyncInterval == 1)
+        let tuned = try registry.make(type: "jsonl", context: SinkContext(options: ["fsync": "interval", "fsyncInterval": 0.25],
+                                                                          path: "$.sinks[1]", stateDirectory: dir))
+        #expect((tuned as? JSONLinesSink)?.fsync == .interval && (tuned as? JSONLinesSink)?.fsyncInterval == 0.25)
+        let batch = try registry.make(type: "jsonl", context: SinkContext(options: ["fsync": "batch"], path: "$.sinks[1]", stateDirectory: dir))
+        #expect((batch as? JSONLinesSink)?.fsync == .batch)
+        for (bad, got) in [(JSONValue.number(0), "a number 0"), (.number(-1), "a number -1"), (.string("1s"), "a string \"1s\""),
+                          (.number(100_000), "a number 100000")] {
+            let message = "expected a number of seconds > 0 and <= 86400, got \(got)"
+            #expect(throws: JSONInputError(path: "$.sinks[1].fsyncInterval", message: message)) {
+                _ = try registry.make(type: "jsonl", context: SinkContext(options: ["fsyncInterval": bad], path: "$.sinks[1]", stateDirectory: dir))
+            }
+            // The config check (`flowscope config check`, `serve` at start) reports the same error.
+            #expect(throws: JSONInputError(path: "$.sinks[0].fsyncInterval", message: message)) {
+                try registry.validateSinks(.array([.object(["type": "jsonl", "fsyncInterval": bad])]),
+                                           path: "$.sinks", stateDirectory: dir, version: "0")
+            }
+        }
         #expect(throws: JSONInputError(path: "$.sinks[1].rotateBytes", message: "expected a positive integer, got a string \"10MB\"")) {
             _ = try registry.make(type: "jsonl", context: SinkContext(options: ["rotateBytes": "10MB"], path: "$.sinks[1]", stateDirectory: dir))
         }
-        #expect(throws: JSONInputError(path: "$.sinks[1].fsync", message: "expected one of \"never\", \"batch\", \"always\", got a string \"sometimes\"")) {
+        #expect(throws: JSONInputError(path: "$.sinks[1].fsync", message: "expected one of \"never\", \"interval\", \"batch\", \"always\", got a string \"sometimes\"")) {
             _ = try registry.make(type: "jsonl", context: SinkContext(options: ["fsync": "sometimes"], path: "$.sinks[1]", stateDirectory: dir))
         }
         #expect(throws: JSONInputError.self) {
