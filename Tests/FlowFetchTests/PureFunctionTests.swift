@@ -108,6 +108,38 @@ struct LRUIndexTests {
         #expect(lru.totalBytes == 0)
     }
 
+    @Test("recency follows a plain model over random records, touches (repeated ones too) and removals")
+    func recencyModel() {
+        var lru = LRUIndex<Int>(maxBytes: 1_000_000)
+        var model: [Int] = []  // least recently used first
+        var state: UInt64 = 5
+        func draw(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        for step in 0..<3_000 {
+            let key = draw(12)
+            switch draw(4) {
+            case 0:
+                _ = lru.record(key, bytes: 1)
+                model.removeAll { $0 == key }
+                model.append(key)
+            case 1:
+                lru.remove(key)
+                model.removeAll { $0 == key }
+            default:
+                // Touch the newest again half the time: that must change nothing.
+                let touched = draw(2) == 0 ? (model.last ?? key) : key
+                lru.touch(touched)
+                if model.contains(touched) { model.removeAll { $0 == touched }; model.append(touched) }
+            }
+            guard lru.keysByRecency == model else {
+                Issue.record("step \(step): \(lru.keysByRecency) != \(model)")
+                return
+            }
+        }
+    }
+
     @Test("re-recording a key replaces its size")
     func replace() {
         var lru = LRUIndex<Int>(maxBytes: 100)
