@@ -281,14 +281,8 @@ final class SessionWorld: EngineHost {
         self.engine = engine
 
         if plan.returning {
-            let storedAt = -plan.cacheAge
-            for (i, id) in placements.enumerated() {
-                let payload = plan.attributionAt == 0 ? targetedPayloads[i] : defaultPayloads[i]
-                guard let variation = VariationDraw.pick(payload, profileId: plan.profileId) else { continue }
-                let flow = Flow(payload: payload, variation: variation, source: .cache, targetingLost: false)
-                _ = engine.flowCache.write(CacheKey(profileId: plan.profileId, placementId: id),
-                                           CachedFlow(flow: flow, storedAt: storedAt, fromDefaultAudience: false), keepTargeted: false,
-                                           measure: false)
+            for (key, entry) in cacheAtStart(of: plan) {
+                _ = engine.flowCache.write(key, entry, keepTargeted: false, measure: false)
             }
         }
         if plan.attributed, plan.attributionAt > 0 { queue.schedule(.attribution, at: plan.attributionAt) }
@@ -344,6 +338,25 @@ final class SessionWorld: EngineHost {
         }
         self.engine = nil
         self.plan = nil
+    }
+
+    /// What a returning user's cache holds when the session starts: the same for every strategy
+    /// of a session, so drawn once per session (the strategies play a session one after another).
+    private var startCache: (session: UInt64, entries: [(CacheKey, CachedFlow)])?
+
+    private func cacheAtStart(of plan: SessionPlan) -> [(CacheKey, CachedFlow)] {
+        // The plan's network seed is drawn from the session's own stream: it names the session.
+        if let startCache, startCache.session == plan.networkSeed { return startCache.entries }
+        var entries: [(CacheKey, CachedFlow)] = []
+        for (i, id) in placements.enumerated() {
+            let payload = plan.attributionAt == 0 ? targetedPayloads[i] : defaultPayloads[i]
+            guard let variation = VariationDraw.pick(payload, profileId: plan.profileId) else { continue }
+            let flow = Flow(payload: payload, variation: variation, source: .cache, targetingLost: false)
+            entries.append((CacheKey(profileId: plan.profileId, placementId: id),
+                            CachedFlow(flow: flow, storedAt: -plan.cacheAge, fromDefaultAudience: false)))
+        }
+        startCache = (plan.networkSeed, entries)
+        return entries
     }
 
     private func schedule(_ op: Op, at: Double) {
