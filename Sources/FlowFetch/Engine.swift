@@ -110,7 +110,7 @@ public final class FlowEngine: CacheView {
         var m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
                                    profileId: profile.id, fallback: configuration.fallback)
         m.reportsEvents = reportsEvents
-        return begin(.get(m), now: now)
+        return begin(.get(consume m), now: now)
     }
 
     /// Starts getFlowForDefaultAudience.
@@ -119,14 +119,14 @@ public final class FlowEngine: CacheView {
         var m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
                                    policy: policy, profileId: profile.id, fallback: configuration.fallback)
         m.reportsEvents = reportsEvents
-        return begin(.get(m), now: now)
+        return begin(.get(consume m), now: now)
     }
 
     /// Starts preloadFlows.
     public func preloadFlows(placements: [String], loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
         var m = try PreloadMachine(call: .targeted(loadTimeout: loadTimeout), placements: placements, profileId: profile.id)
         m.reportsEvents = reportsEvents
-        return begin(.preload(m), now: now)
+        return begin(.preload(consume m), now: now)
     }
 
     /// Starts preloadFlowsForDefaultAudience.
@@ -134,7 +134,7 @@ public final class FlowEngine: CacheView {
         var m = try PreloadMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
                                    placements: placements, profileId: profile.id)
         m.reportsEvents = reportsEvents
-        return begin(.preload(m), now: now)
+        return begin(.preload(consume m), now: now)
     }
 
     /// Starts getFlowOrDefault (the attribution race).
@@ -142,7 +142,7 @@ public final class FlowEngine: CacheView {
         var m = try OrDefaultMachine(placement: placement, timeout: timeout,
                                      attributed: profile.appliedAttributionSources.contains("appleAds"))
         m.reportsEvents = reportsEvents
-        return begin(.orDefault(m), now: now)
+        return begin(.orDefault(consume m), now: now)
     }
 
     /// Starts getFlowConfiguration for a flow; images whose custom media id `isBundled` (the app's
@@ -151,7 +151,7 @@ public final class FlowEngine: CacheView {
                                      loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
         let m = try LayoutMachine(flow: flow, loadTimeout: loadTimeout, isBundled: isBundled,
                                   fallback: configuration.fallback, profileId: profile.id)
-        return begin(.layout(m), now: now)
+        return begin(.layout(consume m), now: now)
     }
 
     /// The trace of a call (shared by its sub-calls and background work).

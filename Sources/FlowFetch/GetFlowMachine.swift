@@ -270,7 +270,7 @@ public struct GetFlowMachine: FetchMachine {
         finish(.flow(flow), now: now, &actions)
     }
 
-    private mutating func finish(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func finish(_ outcome: consuming CallOutcome, now: Double, _ actions: inout [MachineAction]) {
         stage = .done
         if reportsCall && reportsEvents {
             actions.append(.emit(.fetchEnd, placement: placement, span: 0,
