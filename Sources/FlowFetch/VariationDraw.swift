@@ -15,19 +15,28 @@ public enum VariationDraw {
     /// then invalid: decodingFailed). Variations are walked sorted by (weight, id), accumulating weights;
     /// the first whose cumulative weight exceeds the bucket wins.
     public static func pick(_ payload: AudiencePayload, profileId: String) -> Variation? {
-        guard !payload.variations.isEmpty, payload.variations.allSatisfy({ $0.weight >= 0 }),
-              payload.variations.reduce(0, { $0 + $1.weight }) == 100 else { return nil }
-        let b = bucket(audienceVersionId: payload.audienceVersionId, profileId: profileId)
-        let order: (Variation, Variation) -> Bool = { ($0.weight, $0.id) < ($1.weight, $1.id) }
         let variations = payload.variations
-        // Backends usually send them in order already: then there is nothing to sort (or allocate).
-        let inOrder = zip(variations, variations.dropFirst()).allSatisfy { !order($1, $0) }
-        let sorted = inOrder ? variations : variations.sorted(by: order)
-        var cumulative = 0
-        for v in sorted {
-            cumulative += v.weight
-            if cumulative > b { return v }
+        var total = 0
+        for i in variations.indices {
+            guard variations[i].weight >= 0 else { return nil }
+            total += variations[i].weight
         }
-        return nil
+        guard !variations.isEmpty, total == 100 else { return nil }
+        let b = bucket(audienceVersionId: payload.audienceVersionId, profileId: profileId)
+        func before(_ i: Int, _ j: Int) -> Bool {
+            (variations[i].weight, variations[i].id) < (variations[j].weight, variations[j].id)
+        }
+        // Walked by index (no variation is copied but the one returned). Backends usually send them
+        // in order already: then there is nothing to sort (or allocate).
+        func walk(_ order: some Sequence<Int>) -> Variation? {
+            var cumulative = 0
+            for i in order {
+                cumulative += variations[i].weight
+                if cumulative > b { return variations[i] }
+            }
+            return nil
+        }
+        let inOrder = variations.indices.dropFirst().allSatisfy { !before($0, $0 - 1) }
+        return inOrder ? walk(variations.indices) : walk(variations.indices.sorted(by: before))
     }
 }
