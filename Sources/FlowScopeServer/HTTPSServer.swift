@@ -114,6 +114,9 @@ public final class HTTPSServer: Sendable {
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
 
+    /// Response bodies libmicrohttpd still holds (0 once every response is sent; a test hook for leaks).
+    var liveResponseBodies: Int { context.liveBodies.load(ordering: .relaxed) }
+
     /// The watchdog that closes TLS connections sending no request in time (nil for plain HTTP; a test hook).
     var handshakeDeadline: HandshakeDeadline? { context.handshake }
 }
@@ -243,6 +246,8 @@ final class ServerContext: Sendable {
     let log: @Sendable (String) -> Void
     let stopping = Atomic<Bool>(false)
     let liveRequests = Atomic<Int>(0)
+    /// Response bodies lent to libmicrohttpd and not yet given back (see `ResponseBody`).
+    let liveBodies = Atomic<Int>(0)
     /// Closes TLS connections that send no request in time (nil for plain HTTP, where libmicrohttpd's
     /// own timeout works).
     let handshake: HandshakeDeadline?
@@ -378,7 +383,7 @@ final class ServerContext: Sendable {
     }
 
     private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
-        guard let raw = ResponseBody.create(response.bodyBytes) else { return .NO }
+        guard let raw = ResponseBody.create(response.bodyBytes, owner: self) else { return .NO }
         defer { MHD_destroy_response(raw) }
         addHeaders(response, to: raw)
         return MHD_queue_response(connection, UInt32(clamping: response.status), raw)

@@ -14,13 +14,21 @@ import Darwin
 /// bridged on Linux, so the storage is native and its address fixed while it lives).
 final class ResponseBody: Sendable {
     let bytes: [UInt8]
+    /// Counts the bodies libmicrohttpd holds (`HTTPSServer.liveResponseBodies`, a test hook).
+    private let owner: ServerContext
 
-    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+    private init(_ bytes: [UInt8], owner: ServerContext) {
+        self.bytes = bytes
+        self.owner = owner
+        owner.liveBodies.add(1, ordering: .relaxed)
+    }
+
+    deinit { owner.liveBodies.subtract(1, ordering: .relaxed) }
 
     /// A libmicrohttpd response over `bytes` (which it does not copy); nil if libmicrohttpd refuses.
-    static func create(_ bytes: [UInt8]) -> OpaquePointer? {
+    static func create(_ bytes: [UInt8], owner: ServerContext) -> OpaquePointer? {
         if bytes.isEmpty { return MHD_create_response_from_buffer(0, nil, .RESPMEM_PERSISTENT) }
-        let body = ResponseBody(bytes)
+        let body = ResponseBody(bytes, owner: owner)
         let base = body.bytes.withUnsafeBytes { UnsafeMutableRawPointer(mutating: $0.baseAddress) }
         let retained = Unmanaged.passRetained(body).toOpaque()
         let release: MHD_ContentReaderFreeCallback = responseBodyRelease
