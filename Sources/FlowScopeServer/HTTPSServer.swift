@@ -437,7 +437,9 @@ final class RequestState {
 
     var rawQuery: String {
         let utf8 = rawURI.utf8
-        guard let mark = utf8.firstIndex(of: UInt8(ascii: "?")) else { return "" }
+        // A `?` inside a fragment starts no query.
+        guard let mark = utf8.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
+              utf8[mark] == UInt8(ascii: "?") else { return "" }
         let start = utf8.index(after: mark)
         let end = utf8[start...].firstIndex(of: UInt8(ascii: "#")) ?? utf8.endIndex
         return String(rawURI[start..<end])
