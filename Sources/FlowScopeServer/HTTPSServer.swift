@@ -114,6 +114,9 @@ public final class HTTPSServer: Sendable {
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
 
+    /// Response bodies libmicrohttpd still holds (0 once every response is sent; a test hook for leaks).
+    var liveResponseBodies: Int { context.liveBodies.load(ordering: .relaxed) }
+
     /// The watchdog that closes TLS connections sending no request in time (nil for plain HTTP; a test hook).
     var handshakeDeadline: HandshakeDeadline? { context.handshake }
 }
@@ -243,6 +246,8 @@ final class ServerContext: Sendable {
     let log: @Sendable (String) -> Void
     let stopping = Atomic<Bool>(false)
     let liveRequests = Atomic<Int>(0)
+    /// Response bodies lent to libmicrohttpd and not yet given back (see `ResponseBody`).
+    let liveBodies = Atomic<Int>(0)
     /// Closes TLS connections that send no request in time (nil for plain HTTP, where libmicrohttpd's
     /// own timeout works).
     let handshake: HandshakeDeadline?
@@ -300,11 +305,11 @@ final class ServerContext: Sendable {
 
     // MARK: request handling (on a daemon worker thread)
 
-    func handle(connection: OpaquePointer, method: String, url: String, state: RequestState,
+    func handle(connection: OpaquePointer, method: String, url: UnsafePointer<CChar>, state: RequestState,
                 uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
         if !state.headersSeen {
             state.headersSeen = true
-            if state.rawURI.isEmpty { state.rawURI = url }
+            if state.rawURI.isEmpty { state.rawURI = String(cString: url) }
             if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
             let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
             let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
@@ -378,12 +383,7 @@ final class ServerContext: Sendable {
     }
 
     private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
-        // Read-only access: the body is copied once, by libmicrohttpd (a mutable view would first copy
-        // the array, which the response still shares).
-        let created = response.bodyBytes.withUnsafeBytes {
-            MHD_create_response_from_buffer($0.count, UnsafeMutableRawPointer(mutating: $0.baseAddress), .RESPMEM_MUST_COPY)
-        }
-        guard let raw = created else { return .NO }
+        guard let raw = ResponseBody.create(response.bodyBytes, owner: self) else { return .NO }
         defer { MHD_destroy_response(raw) }
         addHeaders(response, to: raw)
         return MHD_queue_response(connection, UInt32(clamping: response.status), raw)
@@ -392,11 +392,12 @@ final class ServerContext: Sendable {
     private func addHeaders(_ response: Response, to raw: OpaquePointer) {
         var hasCacheControl = false
         for (name, value) in response.headers {
-            switch name.lowercased() {
-            case "content-length", "connection", "transfer-encoding", "date": continue
-            case "cache-control": hasCacheControl = true
-            default: break
+            // Fields libmicrohttpd writes itself are dropped; names compared without allocating.
+            if ASCII.equalsIgnoringCase(name, "content-length") || ASCII.equalsIgnoringCase(name, "connection")
+                || ASCII.equalsIgnoringCase(name, "transfer-encoding") || ASCII.equalsIgnoringCase(name, "date") {
+                continue
             }
+            if ASCII.equalsIgnoringCase(name, "cache-control") { hasCacheControl = true }
             MHD_add_response_header(raw, name, value)
         }
         if !hasCacheControl { MHD_add_response_header(raw, "Cache-Control", "no-store") }
@@ -428,15 +429,20 @@ final class RequestState {
 
     init(rawURI: String) { self.rawURI = rawURI }
 
+    // Both scan UTF-8 bytes: `?` and `#` are ASCII, so their indices are character boundaries.
     var rawPath: String {
-        guard let mark = rawURI.firstIndex(where: { $0 == "?" || $0 == "#" }) else { return rawURI }
+        guard let mark = rawURI.utf8.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) else { return rawURI }
         return String(rawURI[..<mark])
     }
 
     var rawQuery: String {
-        guard let mark = rawURI.firstIndex(of: "?") else { return "" }
-        let rest = rawURI[rawURI.index(after: mark)...]
-        return String(rest.prefix { $0 != "#" })
+        let utf8 = rawURI.utf8
+        // A `?` inside a fragment starts no query.
+        guard let mark = utf8.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
+              utf8[mark] == UInt8(ascii: "?") else { return "" }
+        let start = utf8.index(after: mark)
+        let end = utf8[start...].firstIndex(of: UInt8(ascii: "#")) ?? utf8.endIndex
+        return String(rawURI[start..<end])
     }
 }
 
@@ -458,18 +464,21 @@ enum ClientAddress {
     static func of(_ connection: OpaquePointer) -> String? {
         guard let info = ConnectionInfo.raw(connection, .CONNECTION_INFO_CLIENT_ADDRESS),
               let address = info.load(as: UnsafePointer<sockaddr>?.self) else { return nil }
-        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
-        switch Int32(address.pointee.sa_family) {
-        case AF_INET:
-            var sin = UnsafeRawPointer(address).load(as: sockaddr_in.self)
-            guard inet_ntop(AF_INET, &sin.sin_addr, &text, socklen_t(text.count)) != nil else { return nil }
-        case AF_INET6:
-            var sin6 = UnsafeRawPointer(address).load(as: sockaddr_in6.self)
-            guard inet_ntop(AF_INET6, &sin6.sin6_addr, &text, socklen_t(text.count)) != nil else { return nil }
-        default:
-            return nil
+        let family = Int32(address.pointee.sa_family)
+        guard family == AF_INET || family == AF_INET6 else { return nil }
+        // Formatted into a stack buffer: this runs for every request.
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(INET6_ADDRSTRLEN) + 1) { text -> String? in
+            guard let base = text.baseAddress else { return nil }
+            let written: UnsafePointer<CChar>?
+            if family == AF_INET {
+                var sin = UnsafeRawPointer(address).load(as: sockaddr_in.self)
+                written = inet_ntop(AF_INET, &sin.sin_addr, base, socklen_t(text.count))
+            } else {
+                var sin6 = UnsafeRawPointer(address).load(as: sockaddr_in6.self)
+                written = inet_ntop(AF_INET6, &sin6.sin6_addr, base, socklen_t(text.count))
+            }
+            return written == nil ? nil : String(cString: base)
         }
-        return text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 }
 
@@ -489,7 +498,7 @@ private func mhdAccess(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         context.liveRequests.add(1, ordering: .relaxed)
     }
-    return context.handle(connection: connection, method: String(cString: method), url: String(cString: url),
+    return context.handle(connection: connection, method: String(cString: method), url: url,
                           state: state, uploadData: uploadData, uploadSize: uploadDataSize)
 }
 
@@ -525,7 +534,7 @@ private func mhdHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key: 
                        value: UnsafePointer<CChar>?) -> MHD_Result {
     guard let cls, let key else { return .YES }
     let collector = Unmanaged<HeaderCollector>.fromOpaque(cls).takeUnretainedValue()
-    let name = String(cString: key).lowercased()
+    let name = ASCII.lowercasedString(key)
     let text = value.map { String(cString: $0) } ?? ""
     if let existing = collector.fields[name] {
         collector.fields[name] = existing + ", " + text

@@ -50,8 +50,13 @@ public struct Router: Sendable {
     /// A router with only `GET /healthz`.
     public init() {
         routes.append(Route(method: "GET", segments: Self.parse(pattern: "/healthz"), requiresToken: false,
-                            isPublic: true, rateLimit: nil, handler: { _ in .json(["status": "ok"]) }))
+                            isPublic: true, rateLimit: nil, handler: { _ in
+                                Response(status: 200, headers: [("Content-Type", "application/json")], body: Self.healthBody)
+                            }))
     }
+
+    /// The body of `GET /healthz`: the fixed text `Response.json(["status": "ok"])` would serialise.
+    static let healthBody: [UInt8] = Array("{\"status\":\"ok\"}\n".utf8)
 
     /// Adds a `GET` (and `HEAD`) route.
     public mutating func get(_ pattern: String, requiresToken: Bool = false, rateLimit: RateLimiter? = nil,
@@ -151,6 +156,11 @@ public struct Router: Sendable {
         guard rawPath.hasPrefix("/") else { return nil }
         var segments: [String] = []
         for part in rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst() {
+            // Without an escape the segment is already its decoded text (split at an ASCII byte of valid UTF-8).
+            if !part.contains(UInt8(ascii: "%")) {
+                segments.append(String(Substring(part)))
+                continue
+            }
             guard let decoded = PercentDecoding.decode(part, plusIsSpace: false) else { return nil }
             segments.append(decoded)
         }
