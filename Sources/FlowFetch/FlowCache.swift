@@ -134,8 +134,9 @@ public struct LRUIndex<Key: Hashable & Sendable>: Sendable {
 /// A disk layer kept in memory: survives engine restarts as long as the object lives (the scenario
 /// runner keeps it across `restart` steps), so it has the restart semantics of a real disk.
 public final class InMemoryDiskStore: FlowDiskStore {
-    private var entries: [CacheKey: [UInt8]] = [:]
-    private var lru: LRUIndex<CacheKey>
+    // Unchecked exclusivity: used by one engine at a time, from that engine's thread.
+    @exclusivity(unchecked) private var entries: [CacheKey: [UInt8]] = [:]
+    @exclusivity(unchecked) private var lru: LRUIndex<CacheKey>
 
     /// A store capped at `maxBytes` (default 20 MiB).
     public init(maxBytes: Int = 20 * 1024 * 1024) { lru = LRUIndex(maxBytes: maxBytes) }
@@ -180,7 +181,9 @@ public final class InMemoryDiskStore: FlowDiskStore {
 /// disk layer) keeps disk entries and loses memory entries.
 public final class FlowCache {
     public let disk: FlowDiskStore
-    private var memory: [CacheKey: CachedFlow] = [:]
+    // Unchecked exclusivity: like the engine that owns it, the cache is used from one thread at a
+    // time and no access outlives the statement that makes it.
+    @exclusivity(unchecked) private var memory: [CacheKey: CachedFlow] = [:]
 
     public init(disk: FlowDiskStore) { self.disk = disk }
 
