@@ -14,7 +14,6 @@ struct MD5 {
 
     /// The per-step constants: floor(2^32 * |sin(i + 1)|).
     private static let k: [UInt32] = (0..<64).map { UInt32(truncatingIfNeeded: Int64((abs(sin(Double($0 + 1))) * 4_294_967_296).rounded(.down))) }
-    private static let shifts: [UInt32] = [7, 12, 17, 22, 5, 9, 14, 20, 4, 11, 16, 23, 6, 10, 15, 21]
 
     /// Adds the UTF-8 bytes of `text`.
     mutating func update(_ text: String) {
@@ -54,31 +53,22 @@ struct MD5 {
     }
 
     private mutating func compress() {
-        var m = (UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0),
-                 UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0), UInt32(0))
-        withUnsafeBytes(of: block) { b in
-            withUnsafeMutableBytes(of: &m) { $0.copyMemory(from: b) }
-        }
         var a = a0, b = b0, c = c0, d = d0
-        Self.k.withUnsafeBufferPointer { k in
-            Self.shifts.withUnsafeBufferPointer { s in
-                withUnsafeBytes(of: m) { raw in
-                    let words = raw.bindMemory(to: UInt32.self)
-                    for i in 0..<64 {
-                        var f: UInt32
-                        let g: Int
-                        switch i >> 4 {
-                        case 0: f = (b & c) | (~b & d); g = i
-                        case 1: f = (d & b) | (~d & c); g = (5 &* i &+ 1) & 15
-                        case 2: f = b ^ c ^ d; g = (3 &* i &+ 5) & 15
-                        default: f = c ^ (b | ~d); g = (7 &* i) & 15
-                        }
-                        f = f &+ a &+ k[i] &+ UInt32(littleEndian: words[g])
-                        a = d; d = c; c = b
-                        let r = s[(i >> 4) << 2 | (i & 3)]
-                        b = b &+ (f << r | f >> (32 - r))
-                    }
+        withUnsafeBytes(of: block) { raw in
+            Self.k.withUnsafeBufferPointer { k in
+                @inline(__always) func word(_ g: Int) -> UInt32 {
+                    UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: g * 4, as: UInt32.self))
                 }
+                @inline(__always) func step(_ f: UInt32, _ i: Int, _ g: Int, _ r: UInt32) {
+                    let sum = f &+ a &+ k[i] &+ word(g)
+                    a = d; d = c; c = b
+                    b = b &+ (sum << r | sum >> (32 - r))
+                }
+                // The four rounds of RFC 1321, sixteen steps each.
+                for i in 0..<16 { step((b & c) | (~b & d), i, i, [7, 12, 17, 22][i & 3]) }
+                for i in 16..<32 { step((d & b) | (~d & c), i, (5 &* i &+ 1) & 15, [5, 9, 14, 20][i & 3]) }
+                for i in 32..<48 { step(b ^ c ^ d, i, (3 &* i &+ 5) & 15, [4, 11, 16, 23][i & 3]) }
+                for i in 48..<64 { step(c ^ (b | ~d), i, (7 &* i) & 15, [6, 10, 15, 21][i & 3]) }
             }
         }
         a0 &+= a; b0 &+= b; c0 &+= c; d0 &+= d
