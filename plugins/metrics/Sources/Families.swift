@@ -119,15 +119,21 @@ public let otherLabelValue = "_other"
 
 /// The series of one family, found by label values under a lock, kept sorted for rendering.
 final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
+    /// One series with its label text encoded once, when the series is created.
     struct Row {
         var values: [String]
-        var labelText: [UInt8]
+        /// `{a="x",b="y"} ` (or ` ` without labels): what follows the sample name.
+        var braced: [UInt8]
+        /// `{a="x",b="y",` (or `{`): what follows `name_bucket` before `le`.
+        var open: [UInt8]
         var child: Child
     }
 
     struct State {
         var children: [[String]: Child] = [:]
         var rows: [Row] = []
+        /// Bytes of `braced` plus `open` over every row: bounds a render without visiting the rows.
+        var textBytes = 0
         /// Distinct values seen per capped label (same order as `caps`).
         var seen: [Set<String>]
     }
@@ -163,7 +169,11 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
                 let mid = (lo + hi) / 2
                 if s.rows[mid].values.lexicographicallyPrecedes(key) { lo = mid + 1 } else { hi = mid }
             }
-            s.rows.insert(Row(values: key, labelText: TextOut.labelPairs(names: labelNames, values: key), child: c), at: lo)
+            let pairs = TextOut.labelPairs(names: labelNames, values: key)
+            let braced = pairs.isEmpty ? [UInt8(ascii: " ")] : [UInt8(ascii: "{")] + pairs + Array("} ".utf8)
+            let open = pairs.isEmpty ? [UInt8(ascii: "{")] : [UInt8(ascii: "{")] + pairs + [UInt8(ascii: ",")]
+            s.textBytes += braced.count + open.count
+            s.rows.insert(Row(values: key, braced: braced, open: open, child: c), at: lo)
             return c
         }
     }
@@ -171,13 +181,12 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     /// Number of series.
     var count: Int { state.withLock { $0.rows.count } }
 
-    /// Calls `body` with each series in label-value order, under the lock.
-    func forEach(_ body: (borrowing Row) -> Void) {
-        // Each row is lent to `body` in place, not copied (no retain/release of its arrays).
+    /// Calls `body` under the lock with the series in label-value order and their `textBytes`.
+    /// The rows are lent in place, not copied (no retain/release of their arrays per row).
+    func withRows(_ body: (UnsafeBufferPointer<Row>, Int) -> Void) {
         state.withLock { s in
-            s.rows.withUnsafeBufferPointer { rows in
-                for i in rows.indices { body(rows[i]) }
-            }
+            let textBytes = s.textBytes
+            s.rows.withUnsafeBufferPointer { body($0, textBytes) }
         }
     }
 }
@@ -243,18 +252,6 @@ public struct FamilyDescriptor: Sendable {
         (65...90).contains(b) || (97...122).contains(b) || (48...57).contains(b) || b == UInt8(ascii: "_")
     }
 
-    /// Appends `name{labels} ` for a sample; the name is bytes a family writer prepares once for all
-    /// its rows. Copies through buffer pointers: no reference counting per row.
-    static func sampleStart(_ name: [UInt8], _ labelText: [UInt8], to out: inout [UInt8]) {
-        name.withUnsafeBufferPointer { out.append(contentsOf: $0) }
-        labelText.withUnsafeBufferPointer { labels in
-            guard !labels.isEmpty else { return }
-            out.append(UInt8(ascii: "{"))
-            out.append(contentsOf: labels)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: " "))
-    }
 }
 
 /// The members every family kind forwards to its descriptor.
@@ -309,10 +306,17 @@ public final class CounterFamily: MetricFamily {
         let sampleName = format == .openMetrics ? openMetricsName + "_total" : name
         TextOut.header(name: familyName, help: help, type: "counter", unit: unit, format: format, to: &out)
         let sample = Array(sampleName.utf8)
-        table.forEach { row in
-            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
-            TextOut.uint(row.child.value, to: &out)
-            out.append(UInt8(ascii: "\n"))
+        table.withRows { rows, textBytes in
+            TextOut.append(to: &out, bound: rows.count * (sample.count + TextOut.maxUInt + 1) + textBytes) { text in
+                sample.withUnsafeBufferPointer { sample in
+                    for i in rows.indices {
+                        text.copy(sample)
+                        text.copy(rows[i].braced)
+                        text.uint(rows[i].child.storage.load(ordering: .relaxed))
+                        text.byte(UInt8(ascii: "\n"))
+                    }
+                }
+            }
         }
     }
 }
@@ -347,10 +351,17 @@ public final class GaugeFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "gauge", unit: unit, format: format, to: &out)
         let sample = Array(name.utf8)
-        table.forEach { row in
-            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
-            TextOut.double(row.child.value, to: &out)
-            out.append(UInt8(ascii: "\n"))
+        table.withRows { rows, textBytes in
+            TextOut.append(to: &out, bound: rows.count * (sample.count + TextOut.maxDouble + 1) + textBytes) { text in
+                sample.withUnsafeBufferPointer { sample in
+                    for i in rows.indices {
+                        text.copy(sample)
+                        text.copy(rows[i].braced)
+                        text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                    }
+                }
+            }
         }
     }
 }
@@ -409,35 +420,41 @@ public final class HistogramFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
         let le = leText[format] ?? []
-        let bucketName = Array((name + "_bucket{").utf8), sumName = Array((name + "_sum").utf8)
+        let leMax = le.reduce(0) { max($0, $1.count) }
+        let bucketName = Array((name + "_bucket").utf8), sumName = Array((name + "_sum").utf8)
         let countName = Array((name + "_count").utf8)
-        var prefix: [UInt8] = []
-        table.forEach { row in
-            // `name_bucket{labels,` once per series; each bucket line is then two copies and a number.
-            prefix.removeAll(keepingCapacity: true)
-            prefix.append(contentsOf: bucketName)
-            row.labelText.withUnsafeBufferPointer { labels in
-                guard !labels.isEmpty else { return }
-                prefix.append(contentsOf: labels)
-                prefix.append(UInt8(ascii: ","))
-            }
-            var total: UInt64 = 0
-            let counts = row.child.counts
-            prefix.withUnsafeBufferPointer { prefix in
-                for i in counts.indices {
-                    total &+= counts[i].value.load(ordering: .relaxed)
-                    out.append(contentsOf: prefix)
-                    le[i].withUnsafeBufferPointer { out.append(contentsOf: $0) }
-                    TextOut.uint(total, to: &out)
-                    out.append(UInt8(ascii: "\n"))
+        table.withRows { rows, textBytes in
+            // Per series: each bucket line is `name_bucket`, `{labels,`, `le="..."} `, a count; then _sum and _count.
+            let lines = le.count + 2
+            let perRow = le.count * (bucketName.count + leMax + TextOut.maxUInt + 1)
+                + countName.count + 2 * (TextOut.maxDouble + 1) + sumName.count
+            TextOut.append(to: &out, bound: rows.count * perRow + lines * textBytes) { text in
+                bucketName.withUnsafeBufferPointer { bucketName in
+                    for i in rows.indices {
+                        let row = rows.baseAddress.unsafelyUnwrapped + i
+                        var total: UInt64 = 0
+                        row.pointee.open.withUnsafeBufferPointer { open in
+                            let counts = row.pointee.child.counts
+                            for b in counts.indices {
+                                total &+= counts[b].value.load(ordering: .relaxed)
+                                text.copy(bucketName)
+                                text.copy(open)
+                                text.copy(le[b])
+                                text.uint(total)
+                                text.byte(UInt8(ascii: "\n"))
+                            }
+                        }
+                        text.copy(sumName)
+                        text.copy(row.pointee.braced)
+                        text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                        text.copy(countName)
+                        text.copy(row.pointee.braced)
+                        text.uint(total)
+                        text.byte(UInt8(ascii: "\n"))
+                    }
                 }
             }
-            FamilyDescriptor.sampleStart(sumName, row.labelText, to: &out)
-            TextOut.double(row.child.sum, to: &out)
-            out.append(UInt8(ascii: "\n"))
-            FamilyDescriptor.sampleStart(countName, row.labelText, to: &out)
-            TextOut.uint(total, to: &out)
-            out.append(UInt8(ascii: "\n"))
         }
     }
 }
