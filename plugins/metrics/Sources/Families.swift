@@ -117,6 +117,37 @@ public final class Histogram: Sendable {
 /// The label value that stands for every value beyond a label's limit of distinct values.
 public let otherLabelValue = "_other"
 
+/// What a family writes the same at every scrape, encoded once per format when it is created.
+struct FamilyText: Sendable {
+    /// The `# HELP`, `# TYPE` (and OpenMetrics `# UNIT`) lines.
+    var header: [UInt8]
+    /// The sample name: `name`, `name_total` or, for a histogram, `name_bucket`.
+    var sample: [UInt8]
+    /// A histogram's `name_sum` and `name_count`.
+    var sum: [UInt8] = []
+    var count: [UInt8] = []
+    /// A histogram's `le="..."} ` per bucket, `+Inf` last, and the longest of them.
+    var le: [[UInt8]] = []
+    var leMax = 0
+
+    init(name: String, help: String, type: String, unit: String?, format: Exposition.Format, sample: String) {
+        var header: [UInt8] = []
+        TextOut.header(name: name, help: help, type: type, unit: unit, format: format, to: &header)
+        self.header = header
+        self.sample = Array(sample.utf8)
+    }
+
+    /// Texts for both formats.
+    static func pair(_ make: (Exposition.Format) -> FamilyText) -> [FamilyText] {
+        [make(.prometheusText), make(.openMetrics)]
+    }
+}
+
+extension Exposition.Format {
+    /// Index into a family's `FamilyText` pair.
+    var textIndex: Int { self == .openMetrics ? 1 : 0 }
+}
+
 /// The series of one family, found by label values under a lock, kept sorted for rendering.
 final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     /// One series with its label text encoded once, when the series is created.
@@ -274,6 +305,8 @@ public final class CounterFamily: MetricFamily {
     public let descriptor: FamilyDescriptor
     /// The family name in OpenMetrics (the name without `_total`).
     public let openMetricsName: String
+    /// Header and sample name, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Counter>
 
     /// A counter family; in Prometheus text its samples are named `name`, in OpenMetrics the
@@ -285,6 +318,12 @@ public final class CounterFamily: MetricFamily {
         openMetricsName = name.hasSuffix("_total") ? String(name.dropLast(6)) : name
         if let unit, !openMetricsName.hasSuffix("_" + unit) {
             throw MetricsError("metric \(name): unit \"\(unit)\" must be the suffix of the name (before _total)")
+        }
+        let omName = openMetricsName
+        texts = FamilyText.pair { format in
+            format == .openMetrics
+                ? FamilyText(name: omName, help: help, type: "counter", unit: unit, format: format, sample: omName + "_total")
+                : FamilyText(name: name, help: help, type: "counter", unit: unit, format: format, sample: name)
         }
         table = SeriesTable(descriptor)
         if labelNames.isEmpty { _ = labels() }
@@ -302,12 +341,11 @@ public final class CounterFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        let familyName = format == .openMetrics ? openMetricsName : name
-        let sampleName = format == .openMetrics ? openMetricsName + "_total" : name
-        TextOut.header(name: familyName, help: help, type: "counter", unit: unit, format: format, to: &out)
-        let sample = Array(sampleName.utf8)
+        let texts = self.texts[format.textIndex]
+        let sample = texts.sample
         table.withRows { rows, textBytes in
-            TextOut.append(to: &out, bound: rows.count * (sample.count + TextOut.maxUInt + 1) + textBytes) { text in
+            TextOut.append(to: &out, bound: texts.header.count + rows.count * (sample.count + TextOut.maxUInt + 1) + textBytes) { text in
+                text.copy(texts.header)
                 sample.withUnsafeBufferPointer { sample in
                     for i in rows.indices {
                         text.copy(sample)
@@ -325,6 +363,8 @@ public final class CounterFamily: MetricFamily {
 public final class GaugeFamily: MetricFamily {
     /// Name, help, label names, unit and label value limits.
     public let descriptor: FamilyDescriptor
+    /// Header and sample name, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Gauge>
 
     /// A gauge family.
@@ -333,6 +373,7 @@ public final class GaugeFamily: MetricFamily {
         descriptor = try FamilyDescriptor(name: name, help: help, labelNames: labelNames, unit: unit,
                                           valueLimits: valueLimits, reserved: [])
         if let unit, !name.hasSuffix("_" + unit) { throw MetricsError("metric \(name): unit \"\(unit)\" must be the suffix of the name") }
+        texts = FamilyText.pair { FamilyText(name: name, help: help, type: "gauge", unit: unit, format: $0, sample: name) }
         table = SeriesTable(descriptor)
         if labelNames.isEmpty { _ = labels() }
     }
@@ -349,10 +390,11 @@ public final class GaugeFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        TextOut.header(name: name, help: help, type: "gauge", unit: unit, format: format, to: &out)
-        let sample = Array(name.utf8)
+        let texts = self.texts[format.textIndex]
+        let sample = texts.sample
         table.withRows { rows, textBytes in
-            TextOut.append(to: &out, bound: rows.count * (sample.count + TextOut.maxDouble + 1) + textBytes) { text in
+            TextOut.append(to: &out, bound: texts.header.count + rows.count * (sample.count + TextOut.maxDouble + 1) + textBytes) { text in
+                text.copy(texts.header)
                 sample.withUnsafeBufferPointer { sample in
                     for i in rows.indices {
                         text.copy(sample)
@@ -372,8 +414,8 @@ public final class HistogramFamily: MetricFamily {
     public let descriptor: FamilyDescriptor
     /// Bucket upper bounds, increasing, without `+Inf`.
     public let buckets: [Double]
-    /// Pre-rendered `le="..."} ` per format, `+Inf` last.
-    let leText: [Exposition.Format: [[UInt8]]]
+    /// Header, sample names and `le="..."} ` texts, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Histogram>
 
     /// Default buckets for durations in seconds, 5 ms to 60 s.
@@ -394,11 +436,14 @@ public final class HistogramFamily: MetricFamily {
             }
         }
         self.buckets = bounds
-        var le: [Exposition.Format: [[UInt8]]] = [:]
-        for format in [Exposition.Format.prometheusText, .openMetrics] {
-            le[format] = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"} ".utf8) }
+        texts = FamilyText.pair { format in
+            var text = FamilyText(name: name, help: help, type: "histogram", unit: unit, format: format, sample: name + "_bucket")
+            text.sum = Array((name + "_sum").utf8)
+            text.count = Array((name + "_count").utf8)
+            text.le = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"} ".utf8) }
+            text.leMax = text.le.reduce(0) { max($0, $1.count) }
+            return text
         }
-        leText = le
         table = SeriesTable(descriptor)
         if labelNames.isEmpty { _ = labels() }
     }
@@ -418,17 +463,16 @@ public final class HistogramFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
-        let le = leText[format] ?? []
-        let leMax = le.reduce(0) { max($0, $1.count) }
-        let bucketName = Array((name + "_bucket").utf8), sumName = Array((name + "_sum").utf8)
-        let countName = Array((name + "_count").utf8)
+        let texts = self.texts[format.textIndex]
+        let le = texts.le, leMax = texts.leMax
+        let bucketName = texts.sample, sumName = texts.sum, countName = texts.count
         table.withRows { rows, textBytes in
             // Per series: each bucket line is `name_bucket`, `{labels,`, `le="..."} `, a count; then _sum and _count.
             let lines = le.count + 2
             let perRow = le.count * (bucketName.count + leMax + TextOut.maxUInt + 1)
                 + countName.count + 2 * (TextOut.maxDouble + 1) + sumName.count
-            TextOut.append(to: &out, bound: rows.count * perRow + lines * textBytes) { text in
+            TextOut.append(to: &out, bound: texts.header.count + rows.count * perRow + lines * textBytes) { text in
+                text.copy(texts.header)
                 bucketName.withUnsafeBufferPointer { bucketName in
                     for i in rows.indices {
                         let row = rows.baseAddress.unsafelyUnwrapped + i
