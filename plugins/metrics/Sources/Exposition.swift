@@ -59,12 +59,14 @@ enum TextOut {
     /// Most bytes `TextCursor.double` writes (the longest shortest-round-trip form has 24).
     static let maxDouble = 32
 
-    /// Appends what `body` writes, at most `bound` bytes, straight into `out`'s spare capacity: no
-    /// zero-filling, no capacity check per row. `body` gets a cursor at the end of `out`.
-    static func append(to out: inout [UInt8], bound: Int, _ body: (inout TextCursor) -> Void) {
-        let needed = out.count + bound
+    /// Appends what `body` writes straight into `out`'s spare capacity (nothing zero-filled first),
+    /// after making sure there are at least `minimum` bytes of it (doubling the capacity if not).
+    /// `body` gets a cursor at the end of `out` whose `room` is the spare capacity; it must not
+    /// write more than `room`.
+    static func append(to out: inout [UInt8], minimum: Int, _ body: (inout TextCursor) -> Void) {
+        let needed = out.count + minimum
         if out.capacity < needed { out.reserveCapacity(max(needed, out.capacity * 2)) }
-        withoutActuallyEscaping(body) { body in out.append(contentsOf: BoundedText(bound: bound, body: body)) }
+        withoutActuallyEscaping(body) { body in out.append(contentsOf: BoundedText(minimum: minimum, body: body)) }
     }
     /// Appends an unsigned integer in decimal.
     @inline(__always)
@@ -159,9 +161,14 @@ enum TextOut {
     }
 }
 
-/// A write position in memory reserved for at least as many bytes as will be written.
+/// A write position in reserved memory, and the end of that memory.
 struct TextCursor {
     var position: UnsafeMutablePointer<UInt8>
+    let end: UnsafeMutablePointer<UInt8>
+
+    /// Bytes left before `end`.
+    @inline(__always)
+    var room: Int { end - position }
 
     @inline(__always)
     mutating func byte(_ value: UInt8) {
@@ -222,14 +229,14 @@ extension TextOut {
 /// The bytes a render writes, as a sequence `Array.append(contentsOf:)` copies by handing over its
 /// spare capacity (`_copyContents`): the render writes in place, nothing is zero-filled first.
 struct BoundedText: Sequence {
-    let bound: Int
+    let minimum: Int
     let body: (inout TextCursor) -> Void
 
     func makeIterator() -> IndexingIterator<[UInt8]> {
-        // Only reached if the array did not offer `bound` bytes of spare capacity: render to a copy.
-        let bytes = [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
+        // Only reached if the array offered less than `minimum` bytes of spare capacity: render to a copy.
+        let bytes = [UInt8](unsafeUninitializedCapacity: minimum) { buffer, count in
             guard let base = buffer.baseAddress else { count = 0; return }
-            var cursor = TextCursor(position: base)
+            var cursor = TextCursor(position: base, end: base + buffer.count)
             body(&cursor)
             count = cursor.position - base
         }
@@ -240,8 +247,8 @@ struct BoundedText: Sequence {
 
     func _copyContents(initializing buffer: UnsafeMutableBufferPointer<UInt8>)
         -> (IndexingIterator<[UInt8]>, UnsafeMutableBufferPointer<UInt8>.Index) {
-        guard buffer.count >= bound, let base = buffer.baseAddress else { return (makeIterator(), buffer.startIndex) }
-        var cursor = TextCursor(position: base)
+        guard buffer.count >= minimum, let base = buffer.baseAddress else { return (makeIterator(), buffer.startIndex) }
+        var cursor = TextCursor(position: base, end: base + buffer.count)
         body(&cursor)
         return ([UInt8]().makeIterator(), cursor.position - base)
     }

@@ -163,8 +163,6 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     struct State {
         var children: [[String]: Child] = [:]
         var rows: [Row] = []
-        /// Bytes of `braced` plus `open` over every row: bounds a render without visiting the rows.
-        var textBytes = 0
         /// Distinct values seen per capped label (same order as `caps`).
         var seen: [Set<String>]
     }
@@ -203,7 +201,6 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
             let pairs = TextOut.labelPairs(names: labelNames, values: key)
             let braced = pairs.isEmpty ? [UInt8(ascii: " ")] : [UInt8(ascii: "{")] + pairs + Array("} ".utf8)
             let open = pairs.isEmpty ? [UInt8(ascii: "{")] : [UInt8(ascii: "{")] + pairs + [UInt8(ascii: ",")]
-            s.textBytes += braced.count + open.count
             s.rows.insert(Row(values: key, braced: braced, open: open, child: c), at: lo)
             return c
         }
@@ -212,13 +209,10 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     /// Number of series.
     var count: Int { state.withLock { $0.rows.count } }
 
-    /// Calls `body` under the lock with the series in label-value order and their `textBytes`.
+    /// Calls `body` under the lock with the series in label-value order.
     /// The rows are lent in place, not copied (no retain/release of their arrays per row).
-    func withRows(_ body: (UnsafeBufferPointer<Row>, Int) -> Void) {
-        state.withLock { s in
-            let textBytes = s.textBytes
-            s.rows.withUnsafeBufferPointer { body($0, textBytes) }
-        }
+    func withRows(_ body: (UnsafeBufferPointer<Row>) -> Void) {
+        state.withLock { s in s.rows.withUnsafeBufferPointer { body($0) } }
     }
 }
 
@@ -343,18 +337,25 @@ public final class CounterFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
         let sample = texts.sample
-        table.withRows { rows, textBytes in
-            TextOut.append(to: &out, bound: texts.header.count + rows.count * (sample.count + TextOut.maxUInt + 1) + textBytes) { text in
-                text.copy(texts.header)
-                sample.withUnsafeBufferPointer { sample in
-                    for i in rows.indices {
-                        text.copy(sample)
-                        text.copy(rows[i].braced)
-                        text.uint(rows[i].child.storage.load(ordering: .relaxed))
-                        text.byte(UInt8(ascii: "\n"))
+        let fixed = sample.count + TextOut.maxUInt + 1
+        table.withRows { rows in
+            // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? rows[next].braced.count + fixed : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    sample.withUnsafeBufferPointer { sample in
+                        while next < rows.count, text.room >= rows[next].braced.count + fixed {
+                            text.copy(sample)
+                            text.copy(rows[next].braced)
+                            text.uint(rows[next].child.storage.load(ordering: .relaxed))
+                            text.byte(UInt8(ascii: "\n"))
+                            next += 1
+                        }
                     }
                 }
-            }
+            } while next < rows.count
         }
     }
 }
@@ -392,18 +393,25 @@ public final class GaugeFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
         let sample = texts.sample
-        table.withRows { rows, textBytes in
-            TextOut.append(to: &out, bound: texts.header.count + rows.count * (sample.count + TextOut.maxDouble + 1) + textBytes) { text in
-                text.copy(texts.header)
-                sample.withUnsafeBufferPointer { sample in
-                    for i in rows.indices {
-                        text.copy(sample)
-                        text.copy(rows[i].braced)
-                        text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
-                        text.byte(UInt8(ascii: "\n"))
+        let fixed = sample.count + TextOut.maxDouble + 1
+        table.withRows { rows in
+            // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? rows[next].braced.count + fixed : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    sample.withUnsafeBufferPointer { sample in
+                        while next < rows.count, text.room >= rows[next].braced.count + fixed {
+                            text.copy(sample)
+                            text.copy(rows[next].braced)
+                            text.double(Double(bitPattern: rows[next].child.bits.load(ordering: .relaxed)))
+                            text.byte(UInt8(ascii: "\n"))
+                            next += 1
+                        }
                     }
                 }
-            }
+            } while next < rows.count
         }
     }
 }
@@ -466,39 +474,45 @@ public final class HistogramFamily: MetricFamily {
         let texts = self.texts[format.textIndex]
         let le = texts.le, leMax = texts.leMax
         let bucketName = texts.sample, sumName = texts.sum, countName = texts.count
-        table.withRows { rows, textBytes in
+        table.withRows { rows in
             // Per series: each bucket line is `name_bucket`, `{labels,`, `le="..."} `, a count; then _sum and _count.
-            let lines = le.count + 2
-            let perRow = le.count * (bucketName.count + leMax + TextOut.maxUInt + 1)
-                + countName.count + 2 * (TextOut.maxDouble + 1) + sumName.count
-            TextOut.append(to: &out, bound: texts.header.count + rows.count * perRow + lines * textBytes) { text in
-                text.copy(texts.header)
-                bucketName.withUnsafeBufferPointer { bucketName in
-                    for i in rows.indices {
-                        let row = rows.baseAddress.unsafelyUnwrapped + i
-                        var total: UInt64 = 0
-                        row.pointee.open.withUnsafeBufferPointer { open in
-                            let counts = row.pointee.child.counts
-                            for b in counts.indices {
-                                total &+= counts[b].value.load(ordering: .relaxed)
-                                text.copy(bucketName)
-                                text.copy(open)
-                                text.copy(le[b])
-                                text.uint(total)
-                                text.byte(UInt8(ascii: "\n"))
+            let fixed = le.count * (bucketName.count + leMax + TextOut.maxUInt + 1)
+                + sumName.count + countName.count + 2 * (TextOut.maxDouble + 1)
+            func most(_ row: borrowing SeriesTable<Histogram>.Row) -> Int { fixed + le.count * row.open.count + 2 * row.braced.count }
+            // In chunks that fit the spare capacity, checked per series; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? most(rows[next]) : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    bucketName.withUnsafeBufferPointer { bucketName in
+                        while next < rows.count, text.room >= most(rows[next]) {
+                            let row = rows.baseAddress.unsafelyUnwrapped + next
+                            var total: UInt64 = 0
+                            row.pointee.open.withUnsafeBufferPointer { open in
+                                let counts = row.pointee.child.counts
+                                for b in counts.indices {
+                                    total &+= counts[b].value.load(ordering: .relaxed)
+                                    text.copy(bucketName)
+                                    text.copy(open)
+                                    text.copy(le[b])
+                                    text.uint(total)
+                                    text.byte(UInt8(ascii: "\n"))
+                                }
                             }
+                            text.copy(sumName)
+                            text.copy(row.pointee.braced)
+                            text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
+                            text.byte(UInt8(ascii: "\n"))
+                            text.copy(countName)
+                            text.copy(row.pointee.braced)
+                            text.uint(total)
+                            text.byte(UInt8(ascii: "\n"))
+                            next += 1
                         }
-                        text.copy(sumName)
-                        text.copy(row.pointee.braced)
-                        text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
-                        text.byte(UInt8(ascii: "\n"))
-                        text.copy(countName)
-                        text.copy(row.pointee.braced)
-                        text.uint(total)
-                        text.byte(UInt8(ascii: "\n"))
                     }
                 }
-            }
+            } while next < rows.count
         }
     }
 }
