@@ -346,13 +346,15 @@ public final class CounterFamily: MetricFamily {
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
                     sample.withUnsafeBufferPointer { sample in
-                        while next < rows.count, text.room >= rows[next].braced.count + fixed {
+                        var i = next
+                        while i < rows.count, text.room >= rows[i].braced.count + fixed {
                             text.copy(sample)
-                            text.copy(rows[next].braced)
-                            text.uint(rows[next].child.storage.load(ordering: .relaxed))
+                            text.copy(rows[i].braced)
+                            text.uint(rows[i].child.storage.load(ordering: .relaxed))
                             text.byte(UInt8(ascii: "\n"))
-                            next += 1
+                            i += 1
                         }
+                        next = i
                     }
                 }
             } while next < rows.count
@@ -402,13 +404,15 @@ public final class GaugeFamily: MetricFamily {
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
                     sample.withUnsafeBufferPointer { sample in
-                        while next < rows.count, text.room >= rows[next].braced.count + fixed {
+                        var i = next
+                        while i < rows.count, text.room >= rows[i].braced.count + fixed {
                             text.copy(sample)
-                            text.copy(rows[next].braced)
-                            text.double(Double(bitPattern: rows[next].child.bits.load(ordering: .relaxed)))
+                            text.copy(rows[i].braced)
+                            text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
                             text.byte(UInt8(ascii: "\n"))
-                            next += 1
+                            i += 1
                         }
+                        next = i
                     }
                 }
             } while next < rows.count
@@ -486,8 +490,9 @@ public final class HistogramFamily: MetricFamily {
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
                     bucketName.withUnsafeBufferPointer { bucketName in
-                        while next < rows.count, text.room >= most(rows[next]) {
-                            let row = rows.baseAddress.unsafelyUnwrapped + next
+                        var i = next
+                        while i < rows.count, text.room >= most(rows[i]) {
+                            let row = rows.baseAddress.unsafelyUnwrapped + i
                             var total: UInt64 = 0
                             row.pointee.open.withUnsafeBufferPointer { open in
                                 let counts = row.pointee.child.counts
@@ -508,8 +513,9 @@ public final class HistogramFamily: MetricFamily {
                             text.copy(row.pointee.braced)
                             text.uint(total)
                             text.byte(UInt8(ascii: "\n"))
-                            next += 1
+                            i += 1
                         }
+                        next = i
                     }
                 }
             } while next < rows.count
