@@ -68,6 +68,7 @@ enum TextOut {
         if out.capacity < needed { out.reserveCapacity(max(needed, out.capacity * 2)) }
         withoutActuallyEscaping(body) { body in out.append(contentsOf: BoundedText(minimum: minimum, body: body)) }
     }
+
     /// Appends an unsigned integer in decimal.
     @inline(__always)
     static func uint(_ value: UInt64, to out: inout [UInt8]) {
@@ -220,6 +221,7 @@ struct TextCursor {
     }
 }
 
+/// The non-finite sample values, as `TextOut.double` writes them.
 extension TextOut {
     static let nan = Array("NaN".utf8)
     static let plusInf = Array("+Inf".utf8)
