@@ -153,9 +153,9 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     /// One series with its label text encoded once, when the series is created.
     struct Row {
         var values: [String]
-        /// `{a="x",b="y"} ` (or ` ` without labels): what follows the sample name.
-        var braced: [UInt8]
-        /// `{a="x",b="y",` (or `{`): what follows `name_bucket` before `le`.
+        /// The table's sample name then `{a="x",b="y"} ` (or ` ` without labels): a line up to its value.
+        var line: [UInt8]
+        /// For a histogram, `name_bucket{a="x",b="y",` (or `name_bucket{`): a bucket line up to `le`.
         var open: [UInt8]
         var child: Child
     }
@@ -172,7 +172,14 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     let caps: [(index: Int, limit: Int)]
     let state: Mutex<State>
 
-    init(_ descriptor: FamilyDescriptor) {
+    /// The sample name each row's `line` starts with (empty for a histogram).
+    let sample: [UInt8]
+    /// The `name_bucket` each row's `open` starts with, or nil (no `open`) for other kinds.
+    let bucket: [UInt8]?
+
+    init(_ descriptor: FamilyDescriptor, sample: [UInt8], bucket: [UInt8]? = nil) {
+        self.sample = sample
+        self.bucket = bucket
         labelNames = descriptor.labelNames
         caps = descriptor.caps
         state = Mutex(State(seen: Array(repeating: [], count: descriptor.caps.count)))
@@ -199,9 +206,9 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
                 if s.rows[mid].values.lexicographicallyPrecedes(key) { lo = mid + 1 } else { hi = mid }
             }
             let pairs = TextOut.labelPairs(names: labelNames, values: key)
-            let braced = pairs.isEmpty ? [UInt8(ascii: " ")] : [UInt8(ascii: "{")] + pairs + Array("} ".utf8)
-            let open = pairs.isEmpty ? [UInt8(ascii: "{")] : [UInt8(ascii: "{")] + pairs + [UInt8(ascii: ",")]
-            s.rows.insert(Row(values: key, braced: braced, open: open, child: c), at: lo)
+            let line = sample + (pairs.isEmpty ? [UInt8(ascii: " ")] : [UInt8(ascii: "{")] + pairs + Array("} ".utf8))
+            let open = bucket.map { $0 + (pairs.isEmpty ? [UInt8(ascii: "{")] : [UInt8(ascii: "{")] + pairs + [UInt8(ascii: ",")]) } ?? []
+            s.rows.insert(Row(values: key, line: line, open: open, child: c), at: lo)
             return c
         }
     }
@@ -319,7 +326,7 @@ public final class CounterFamily: MetricFamily {
                 ? FamilyText(name: omName, help: help, type: "counter", unit: unit, format: format, sample: omName + "_total")
                 : FamilyText(name: name, help: help, type: "counter", unit: unit, format: format, sample: name)
         }
-        table = SeriesTable(descriptor)
+        table = SeriesTable(descriptor, sample: Array(name.utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -336,20 +343,26 @@ public final class CounterFamily: MetricFamily {
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
-        let sample = texts.sample
+        // Rows' lines start with the Prometheus sample name; OpenMetrics may write another one instead.
+        let same = texts.sample == table.sample
+        let sample = same ? [] : texts.sample, skip = same ? 0 : table.sample.count
         let fixed = sample.count + TextOut.maxUInt + 1
         table.withRows { rows in
             // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
             var next = 0, headerDone = false
             repeat {
-                let first = next < rows.count ? rows[next].braced.count + fixed : 0
+                let first = next < rows.count ? rows[next].line.count + fixed : 0
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
                     sample.withUnsafeBufferPointer { sample in
                         var i = next
-                        while i < rows.count, text.room >= rows[i].braced.count + fixed {
-                            text.copy(sample)
-                            text.copy(rows[i].braced)
+                        while i < rows.count, text.room >= rows[i].line.count + fixed {
+                            if skip == 0 {
+                                text.copy(rows[i].line)
+                            } else {
+                                text.copy(sample)
+                                rows[i].line.withUnsafeBufferPointer { text.copy(UnsafeBufferPointer(rebasing: $0[skip...])) }
+                            }
                             text.uint(rows[i].child.storage.load(ordering: .relaxed))
                             text.byte(UInt8(ascii: "\n"))
                             i += 1
@@ -377,7 +390,7 @@ public final class GaugeFamily: MetricFamily {
                                           valueLimits: valueLimits, reserved: [])
         if let unit, !name.hasSuffix("_" + unit) { throw MetricsError("metric \(name): unit \"\(unit)\" must be the suffix of the name") }
         texts = FamilyText.pair { FamilyText(name: name, help: help, type: "gauge", unit: unit, format: $0, sample: name) }
-        table = SeriesTable(descriptor)
+        table = SeriesTable(descriptor, sample: Array(name.utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -394,26 +407,22 @@ public final class GaugeFamily: MetricFamily {
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
-        let sample = texts.sample
-        let fixed = sample.count + TextOut.maxDouble + 1
+        let fixed = TextOut.maxDouble + 1
         table.withRows { rows in
             // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
             var next = 0, headerDone = false
             repeat {
-                let first = next < rows.count ? rows[next].braced.count + fixed : 0
+                let first = next < rows.count ? rows[next].line.count + fixed : 0
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
-                    sample.withUnsafeBufferPointer { sample in
-                        var i = next
-                        while i < rows.count, text.room >= rows[i].braced.count + fixed {
-                            text.copy(sample)
-                            text.copy(rows[i].braced)
-                            text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
-                            text.byte(UInt8(ascii: "\n"))
-                            i += 1
-                        }
-                        next = i
+                    var i = next
+                    while i < rows.count, text.room >= rows[i].line.count + fixed {
+                        text.copy(rows[i].line)
+                        text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                        i += 1
                     }
+                    next = i
                 }
             } while next < rows.count
         }
@@ -456,7 +465,7 @@ public final class HistogramFamily: MetricFamily {
             text.leMax = text.le.reduce(0) { max($0, $1.count) }
             return text
         }
-        table = SeriesTable(descriptor)
+        table = SeriesTable(descriptor, sample: [], bucket: Array((name + "_bucket").utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -477,46 +486,43 @@ public final class HistogramFamily: MetricFamily {
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
         let le = texts.le, leMax = texts.leMax
-        let bucketName = texts.sample, sumName = texts.sum, countName = texts.count
+        let sumName = texts.sum, countName = texts.count
         table.withRows { rows in
-            // Per series: each bucket line is `name_bucket`, `{labels,`, `le="..."} `, a count; then _sum and _count.
-            let fixed = le.count * (bucketName.count + leMax + TextOut.maxUInt + 1)
+            // Per series: each bucket line is `name_bucket{labels,`, `le="..."} `, a count; then _sum and _count.
+            let fixed = le.count * (leMax + TextOut.maxUInt + 1)
                 + sumName.count + countName.count + 2 * (TextOut.maxDouble + 1)
-            func most(_ row: borrowing SeriesTable<Histogram>.Row) -> Int { fixed + le.count * row.open.count + 2 * row.braced.count }
+            func most(_ row: borrowing SeriesTable<Histogram>.Row) -> Int { fixed + le.count * row.open.count + 2 * row.line.count }
             // In chunks that fit the spare capacity, checked per series; the array grows only between chunks.
             var next = 0, headerDone = false
             repeat {
                 let first = next < rows.count ? most(rows[next]) : 0
                 TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
                     if !headerDone { text.copy(texts.header); headerDone = true }
-                    bucketName.withUnsafeBufferPointer { bucketName in
-                        var i = next
-                        while i < rows.count, text.room >= most(rows[i]) {
-                            let row = rows.baseAddress.unsafelyUnwrapped + i
-                            var total: UInt64 = 0
-                            row.pointee.open.withUnsafeBufferPointer { open in
-                                let counts = row.pointee.child.counts
-                                for b in counts.indices {
-                                    total &+= counts[b].value.load(ordering: .relaxed)
-                                    text.copy(bucketName)
-                                    text.copy(open)
-                                    text.copy(le[b])
-                                    text.uint(total)
-                                    text.byte(UInt8(ascii: "\n"))
-                                }
+                    var i = next
+                    while i < rows.count, text.room >= most(rows[i]) {
+                        let row = rows.baseAddress.unsafelyUnwrapped + i
+                        var total: UInt64 = 0
+                        row.pointee.open.withUnsafeBufferPointer { open in
+                            let counts = row.pointee.child.counts
+                            for b in counts.indices {
+                                total &+= counts[b].value.load(ordering: .relaxed)
+                                text.copy(open)
+                                text.copy(le[b])
+                                text.uint(total)
+                                text.byte(UInt8(ascii: "\n"))
                             }
-                            text.copy(sumName)
-                            text.copy(row.pointee.braced)
-                            text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
-                            text.byte(UInt8(ascii: "\n"))
-                            text.copy(countName)
-                            text.copy(row.pointee.braced)
-                            text.uint(total)
-                            text.byte(UInt8(ascii: "\n"))
-                            i += 1
                         }
-                        next = i
+                        text.copy(sumName)
+                        text.copy(row.pointee.line)
+                        text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                        text.copy(countName)
+                        text.copy(row.pointee.line)
+                        text.uint(total)
+                        text.byte(UInt8(ascii: "\n"))
+                        i += 1
                     }
+                    next = i
                 }
             } while next < rows.count
         }
