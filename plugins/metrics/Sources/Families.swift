@@ -283,7 +283,6 @@ public struct FamilyDescriptor: Sendable {
     static func isNameByte(_ b: UInt8) -> Bool {
         (65...90).contains(b) || (97...122).contains(b) || (48...57).contains(b) || b == UInt8(ascii: "_")
     }
-
 }
 
 /// The members every family kind forwards to its descriptor.
