@@ -54,6 +54,21 @@ extension Substring {
 
 /// Byte-level writing of the text formats: numbers Prometheus parses, escaping done right.
 enum TextOut {
+    /// Most bytes `TextCursor.uint` writes (`UInt64.max` has 20 digits).
+    static let maxUInt = 20
+    /// Most bytes `TextCursor.double` writes (the longest shortest-round-trip form has 24).
+    static let maxDouble = 32
+
+    /// Appends what `body` writes straight into `out`'s spare capacity (nothing zero-filled first),
+    /// after making sure there are at least `minimum` bytes of it (doubling the capacity if not).
+    /// `body` gets a cursor at the end of `out` whose `room` is the spare capacity; it must not
+    /// write more than `room`.
+    static func append(to out: inout [UInt8], minimum: Int, _ body: (inout TextCursor) -> Void) {
+        let needed = out.count + minimum
+        if out.capacity < needed { out.reserveCapacity(max(needed, out.capacity * 2)) }
+        withoutActuallyEscaping(body) { body in out.append(contentsOf: BoundedText(minimum: minimum, body: body)) }
+    }
+
     /// Appends an unsigned integer in decimal.
     @inline(__always)
     static func uint(_ value: UInt64, to out: inout [UInt8]) {
@@ -144,5 +159,99 @@ enum TextOut {
             out.append(contentsOf: unit.utf8)
             out.append(UInt8(ascii: "\n"))
         }
+    }
+}
+
+/// A write position in reserved memory, and the end of that memory.
+struct TextCursor {
+    var position: UnsafeMutablePointer<UInt8>
+    let end: UnsafeMutablePointer<UInt8>
+
+    /// Bytes left before `end`.
+    @inline(__always)
+    var room: Int { end - position }
+
+    @inline(__always)
+    mutating func byte(_ value: UInt8) {
+        position.initialize(to: value)
+        position += 1
+    }
+
+    @inline(__always)
+    mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let base = bytes.baseAddress else { return }
+        position.initialize(from: base, count: bytes.count)
+        position += bytes.count
+    }
+
+    @inline(__always)
+    mutating func copy(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { copy($0) }
+    }
+
+    /// Writes an unsigned integer in decimal (at most `TextOut.maxUInt` bytes).
+    @inline(__always)
+    mutating func uint(_ value: UInt64) {
+        if value < 10 { byte(48 &+ UInt8(truncatingIfNeeded: value)); return }
+        var digits = 2
+        var limit: UInt64 = 100
+        while digits < 20, value >= limit { digits += 1; limit &*= 10 }
+        var v = value
+        var i = digits
+        while i > 0 {
+            i -= 1
+            let q = v / 10
+            position[i] = 48 &+ UInt8(truncatingIfNeeded: v &- q &* 10)
+            v = q
+        }
+        position += digits
+    }
+
+    /// Writes a sample value as `TextOut.double` does (at most `TextOut.maxDouble` bytes).
+    mutating func double(_ value: Double) {
+        if value.rounded() == value, abs(value) < 1e15 {
+            if value < 0 { byte(UInt8(ascii: "-")) }
+            uint(UInt64(abs(value)))
+            return
+        }
+        if value.isNaN { copy(TextOut.nan); return }
+        if value.isInfinite { copy(value > 0 ? TextOut.plusInf : TextOut.minusInf); return }
+        var text = value.description
+        text.withUTF8 { copy($0) }
+    }
+}
+
+/// The non-finite sample values, as `TextOut.double` writes them.
+extension TextOut {
+    static let nan = Array("NaN".utf8)
+    static let plusInf = Array("+Inf".utf8)
+    static let minusInf = Array("-Inf".utf8)
+}
+
+/// The bytes a render writes, as a sequence `Array.append(contentsOf:)` copies by handing over its
+/// spare capacity (`_copyContents`): the render writes in place, nothing is zero-filled first.
+struct BoundedText: Sequence {
+    let minimum: Int
+    let body: (inout TextCursor) -> Void
+
+    func makeIterator() -> IndexingIterator<[UInt8]> {
+        // Only reached if the array offered less than `minimum` bytes of spare capacity: render to a copy.
+        let bytes = [UInt8](unsafeUninitializedCapacity: minimum) { buffer, count in
+            guard let base = buffer.baseAddress else { count = 0; return }
+            var cursor = TextCursor(position: base, end: base + buffer.count)
+            body(&cursor)
+            count = cursor.position - base
+        }
+        return bytes.makeIterator()
+    }
+
+    var underestimatedCount: Int { 0 }
+
+    func _copyContents(initializing buffer: UnsafeMutableBufferPointer<UInt8>)
+        -> (IndexingIterator<[UInt8]>, UnsafeMutableBufferPointer<UInt8>.Index) {
+        guard buffer.count >= minimum, let base = buffer.baseAddress else { return (makeIterator(), buffer.startIndex) }
+        var cursor = TextCursor(position: base, end: base + buffer.count)
+        body(&cursor)
+        return ([UInt8]().makeIterator(), cursor.position - base)
     }
 }

@@ -117,11 +117,46 @@ public final class Histogram: Sendable {
 /// The label value that stands for every value beyond a label's limit of distinct values.
 public let otherLabelValue = "_other"
 
+/// What a family writes the same at every scrape, encoded once per format when it is created.
+struct FamilyText: Sendable {
+    /// The `# HELP`, `# TYPE` (and OpenMetrics `# UNIT`) lines.
+    var header: [UInt8]
+    /// The sample name: `name`, `name_total` or, for a histogram, `name_bucket`.
+    var sample: [UInt8]
+    /// A histogram's `name_sum` and `name_count`.
+    var sum: [UInt8] = []
+    var count: [UInt8] = []
+    /// A histogram's `le="..."} ` per bucket, `+Inf` last, and the longest of them.
+    var le: [[UInt8]] = []
+    var leMax = 0
+
+    init(name: String, help: String, type: String, unit: String?, format: Exposition.Format, sample: String) {
+        var header: [UInt8] = []
+        TextOut.header(name: name, help: help, type: type, unit: unit, format: format, to: &header)
+        self.header = header
+        self.sample = Array(sample.utf8)
+    }
+
+    /// Texts for both formats.
+    static func pair(_ make: (Exposition.Format) -> FamilyText) -> [FamilyText] {
+        [make(.prometheusText), make(.openMetrics)]
+    }
+}
+
+extension Exposition.Format {
+    /// Index into a family's `FamilyText` pair.
+    var textIndex: Int { self == .openMetrics ? 1 : 0 }
+}
+
 /// The series of one family, found by label values under a lock, kept sorted for rendering.
 final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
+    /// One series with its label text encoded once, when the series is created.
     struct Row {
         var values: [String]
-        var labelText: [UInt8]
+        /// The table's sample name then `{a="x",b="y"} ` (or ` ` without labels): a line up to its value.
+        var line: [UInt8]
+        /// For a histogram, `name_bucket{a="x",b="y",` (or `name_bucket{`): a bucket line up to `le`.
+        var open: [UInt8]
         var child: Child
     }
 
@@ -137,7 +172,14 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     let caps: [(index: Int, limit: Int)]
     let state: Mutex<State>
 
-    init(_ descriptor: FamilyDescriptor) {
+    /// The sample name each row's `line` starts with (empty for a histogram).
+    let sample: [UInt8]
+    /// The `name_bucket` each row's `open` starts with, or nil (no `open`) for other kinds.
+    let bucket: [UInt8]?
+
+    init(_ descriptor: FamilyDescriptor, sample: [UInt8], bucket: [UInt8]? = nil) {
+        self.sample = sample
+        self.bucket = bucket
         labelNames = descriptor.labelNames
         caps = descriptor.caps
         state = Mutex(State(seen: Array(repeating: [], count: descriptor.caps.count)))
@@ -163,7 +205,10 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
                 let mid = (lo + hi) / 2
                 if s.rows[mid].values.lexicographicallyPrecedes(key) { lo = mid + 1 } else { hi = mid }
             }
-            s.rows.insert(Row(values: key, labelText: TextOut.labelPairs(names: labelNames, values: key), child: c), at: lo)
+            let pairs = TextOut.labelPairs(names: labelNames, values: key)
+            let line = sample + (pairs.isEmpty ? [UInt8(ascii: " ")] : [UInt8(ascii: "{")] + pairs + Array("} ".utf8))
+            let open = bucket.map { $0 + (pairs.isEmpty ? [UInt8(ascii: "{")] : [UInt8(ascii: "{")] + pairs + [UInt8(ascii: ",")]) } ?? []
+            s.rows.insert(Row(values: key, line: line, open: open, child: c), at: lo)
             return c
         }
     }
@@ -171,14 +216,10 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     /// Number of series.
     var count: Int { state.withLock { $0.rows.count } }
 
-    /// Calls `body` with each series in label-value order, under the lock.
-    func forEach(_ body: (borrowing Row) -> Void) {
-        // Each row is lent to `body` in place, not copied (no retain/release of its arrays).
-        state.withLock { s in
-            s.rows.withUnsafeBufferPointer { rows in
-                for i in rows.indices { body(rows[i]) }
-            }
-        }
+    /// Calls `body` under the lock with the series in label-value order.
+    /// The rows are lent in place, not copied (no retain/release of their arrays per row).
+    func withRows(_ body: (UnsafeBufferPointer<Row>) -> Void) {
+        state.withLock { s in s.rows.withUnsafeBufferPointer { body($0) } }
     }
 }
 
@@ -242,19 +283,6 @@ public struct FamilyDescriptor: Sendable {
     static func isNameByte(_ b: UInt8) -> Bool {
         (65...90).contains(b) || (97...122).contains(b) || (48...57).contains(b) || b == UInt8(ascii: "_")
     }
-
-    /// Appends `name{labels} ` for a sample; the name is bytes a family writer prepares once for all
-    /// its rows. Copies through buffer pointers: no reference counting per row.
-    static func sampleStart(_ name: [UInt8], _ labelText: [UInt8], to out: inout [UInt8]) {
-        name.withUnsafeBufferPointer { out.append(contentsOf: $0) }
-        labelText.withUnsafeBufferPointer { labels in
-            guard !labels.isEmpty else { return }
-            out.append(UInt8(ascii: "{"))
-            out.append(contentsOf: labels)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: " "))
-    }
 }
 
 /// The members every family kind forwards to its descriptor.
@@ -277,6 +305,8 @@ public final class CounterFamily: MetricFamily {
     public let descriptor: FamilyDescriptor
     /// The family name in OpenMetrics (the name without `_total`).
     public let openMetricsName: String
+    /// Header and sample name, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Counter>
 
     /// A counter family; in Prometheus text its samples are named `name`, in OpenMetrics the
@@ -289,7 +319,13 @@ public final class CounterFamily: MetricFamily {
         if let unit, !openMetricsName.hasSuffix("_" + unit) {
             throw MetricsError("metric \(name): unit \"\(unit)\" must be the suffix of the name (before _total)")
         }
-        table = SeriesTable(descriptor)
+        let omName = openMetricsName
+        texts = FamilyText.pair { format in
+            format == .openMetrics
+                ? FamilyText(name: omName, help: help, type: "counter", unit: unit, format: format, sample: omName + "_total")
+                : FamilyText(name: name, help: help, type: "counter", unit: unit, format: format, sample: name)
+        }
+        table = SeriesTable(descriptor, sample: Array(name.utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -305,14 +341,35 @@ public final class CounterFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        let familyName = format == .openMetrics ? openMetricsName : name
-        let sampleName = format == .openMetrics ? openMetricsName + "_total" : name
-        TextOut.header(name: familyName, help: help, type: "counter", unit: unit, format: format, to: &out)
-        let sample = Array(sampleName.utf8)
-        table.forEach { row in
-            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
-            TextOut.uint(row.child.value, to: &out)
-            out.append(UInt8(ascii: "\n"))
+        let texts = self.texts[format.textIndex]
+        // Rows' lines start with the Prometheus sample name; OpenMetrics may write another one instead.
+        let same = texts.sample == table.sample
+        let sample = same ? [] : texts.sample, skip = same ? 0 : table.sample.count
+        let fixed = sample.count + TextOut.maxUInt + 1
+        table.withRows { rows in
+            // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? rows[next].line.count + fixed : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    sample.withUnsafeBufferPointer { sample in
+                        var i = next
+                        while i < rows.count, text.room >= rows[i].line.count + fixed {
+                            if skip == 0 {
+                                text.copy(rows[i].line)
+                            } else {
+                                text.copy(sample)
+                                rows[i].line.withUnsafeBufferPointer { text.copy(UnsafeBufferPointer(rebasing: $0[skip...])) }
+                            }
+                            text.uint(rows[i].child.storage.load(ordering: .relaxed))
+                            text.byte(UInt8(ascii: "\n"))
+                            i += 1
+                        }
+                        next = i
+                    }
+                }
+            } while next < rows.count
         }
     }
 }
@@ -321,6 +378,8 @@ public final class CounterFamily: MetricFamily {
 public final class GaugeFamily: MetricFamily {
     /// Name, help, label names, unit and label value limits.
     public let descriptor: FamilyDescriptor
+    /// Header and sample name, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Gauge>
 
     /// A gauge family.
@@ -329,7 +388,8 @@ public final class GaugeFamily: MetricFamily {
         descriptor = try FamilyDescriptor(name: name, help: help, labelNames: labelNames, unit: unit,
                                           valueLimits: valueLimits, reserved: [])
         if let unit, !name.hasSuffix("_" + unit) { throw MetricsError("metric \(name): unit \"\(unit)\" must be the suffix of the name") }
-        table = SeriesTable(descriptor)
+        texts = FamilyText.pair { FamilyText(name: name, help: help, type: "gauge", unit: unit, format: $0, sample: name) }
+        table = SeriesTable(descriptor, sample: Array(name.utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -345,12 +405,25 @@ public final class GaugeFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        TextOut.header(name: name, help: help, type: "gauge", unit: unit, format: format, to: &out)
-        let sample = Array(name.utf8)
-        table.forEach { row in
-            FamilyDescriptor.sampleStart(sample, row.labelText, to: &out)
-            TextOut.double(row.child.value, to: &out)
-            out.append(UInt8(ascii: "\n"))
+        let texts = self.texts[format.textIndex]
+        let fixed = TextOut.maxDouble + 1
+        table.withRows { rows in
+            // In chunks that fit the spare capacity, checked per row; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? rows[next].line.count + fixed : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    var i = next
+                    while i < rows.count, text.room >= rows[i].line.count + fixed {
+                        text.copy(rows[i].line)
+                        text.double(Double(bitPattern: rows[i].child.bits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                        i += 1
+                    }
+                    next = i
+                }
+            } while next < rows.count
         }
     }
 }
@@ -361,8 +434,8 @@ public final class HistogramFamily: MetricFamily {
     public let descriptor: FamilyDescriptor
     /// Bucket upper bounds, increasing, without `+Inf`.
     public let buckets: [Double]
-    /// Pre-rendered `le="..."} ` per format, `+Inf` last.
-    let leText: [Exposition.Format: [[UInt8]]]
+    /// Header, sample names and `le="..."} ` texts, Prometheus text then OpenMetrics.
+    let texts: [FamilyText]
     let table: SeriesTable<Histogram>
 
     /// Default buckets for durations in seconds, 5 ms to 60 s.
@@ -383,12 +456,15 @@ public final class HistogramFamily: MetricFamily {
             }
         }
         self.buckets = bounds
-        var le: [Exposition.Format: [[UInt8]]] = [:]
-        for format in [Exposition.Format.prometheusText, .openMetrics] {
-            le[format] = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"} ".utf8) }
+        texts = FamilyText.pair { format in
+            var text = FamilyText(name: name, help: help, type: "histogram", unit: unit, format: format, sample: name + "_bucket")
+            text.sum = Array((name + "_sum").utf8)
+            text.count = Array((name + "_count").utf8)
+            text.le = (bounds + [.infinity]).map { Array("le=\"\(TextOut.bound($0, format: format))\"} ".utf8) }
+            text.leMax = text.le.reduce(0) { max($0, $1.count) }
+            return text
         }
-        leText = le
-        table = SeriesTable(descriptor)
+        table = SeriesTable(descriptor, sample: [], bucket: Array((name + "_bucket").utf8))
         if labelNames.isEmpty { _ = labels() }
     }
 
@@ -407,37 +483,47 @@ public final class HistogramFamily: MetricFamily {
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
-        TextOut.header(name: name, help: help, type: "histogram", unit: unit, format: format, to: &out)
-        let le = leText[format] ?? []
-        let bucketName = Array((name + "_bucket{").utf8), sumName = Array((name + "_sum").utf8)
-        let countName = Array((name + "_count").utf8)
-        var prefix: [UInt8] = []
-        table.forEach { row in
-            // `name_bucket{labels,` once per series; each bucket line is then two copies and a number.
-            prefix.removeAll(keepingCapacity: true)
-            prefix.append(contentsOf: bucketName)
-            row.labelText.withUnsafeBufferPointer { labels in
-                guard !labels.isEmpty else { return }
-                prefix.append(contentsOf: labels)
-                prefix.append(UInt8(ascii: ","))
-            }
-            var total: UInt64 = 0
-            let counts = row.child.counts
-            prefix.withUnsafeBufferPointer { prefix in
-                for i in counts.indices {
-                    total &+= counts[i].value.load(ordering: .relaxed)
-                    out.append(contentsOf: prefix)
-                    le[i].withUnsafeBufferPointer { out.append(contentsOf: $0) }
-                    TextOut.uint(total, to: &out)
-                    out.append(UInt8(ascii: "\n"))
+        let texts = self.texts[format.textIndex]
+        let le = texts.le, leMax = texts.leMax
+        let sumName = texts.sum, countName = texts.count
+        table.withRows { rows in
+            // Per series: each bucket line is `name_bucket{labels,`, `le="..."} `, a count; then _sum and _count.
+            let fixed = le.count * (leMax + TextOut.maxUInt + 1)
+                + sumName.count + countName.count + 2 * (TextOut.maxDouble + 1)
+            func most(_ row: borrowing SeriesTable<Histogram>.Row) -> Int { fixed + le.count * row.open.count + 2 * row.line.count }
+            // In chunks that fit the spare capacity, checked per series; the array grows only between chunks.
+            var next = 0, headerDone = false
+            repeat {
+                let first = next < rows.count ? most(rows[next]) : 0
+                TextOut.append(to: &out, minimum: (headerDone ? 0 : texts.header.count) + first) { text in
+                    if !headerDone { text.copy(texts.header); headerDone = true }
+                    var i = next
+                    while i < rows.count, text.room >= most(rows[i]) {
+                        let row = rows.baseAddress.unsafelyUnwrapped + i
+                        var total: UInt64 = 0
+                        row.pointee.open.withUnsafeBufferPointer { open in
+                            let counts = row.pointee.child.counts
+                            for b in counts.indices {
+                                total &+= counts[b].value.load(ordering: .relaxed)
+                                text.copy(open)
+                                text.copy(le[b])
+                                text.uint(total)
+                                text.byte(UInt8(ascii: "\n"))
+                            }
+                        }
+                        text.copy(sumName)
+                        text.copy(row.pointee.line)
+                        text.double(Double(bitPattern: row.pointee.child.sumBits.load(ordering: .relaxed)))
+                        text.byte(UInt8(ascii: "\n"))
+                        text.copy(countName)
+                        text.copy(row.pointee.line)
+                        text.uint(total)
+                        text.byte(UInt8(ascii: "\n"))
+                        i += 1
+                    }
+                    next = i
                 }
-            }
-            FamilyDescriptor.sampleStart(sumName, row.labelText, to: &out)
-            TextOut.double(row.child.sum, to: &out)
-            out.append(UInt8(ascii: "\n"))
-            FamilyDescriptor.sampleStart(countName, row.labelText, to: &out)
-            TextOut.uint(total, to: &out)
-            out.append(UInt8(ascii: "\n"))
+            } while next < rows.count
         }
     }
 }
