@@ -361,8 +361,9 @@ private final class Hub: Sendable {
             for event in events {
                 seq += 1
                 state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
-                admit(except: nil, state: &state, reporter: reporter, wake: &wake)
+                if state.open.count >= segmentSize { seal(&state) }
             }
+            admitGroup(state: &state, reporter: reporter, wake: &wake)
         }
         wake.signal(wakes)
     }
@@ -399,7 +400,25 @@ private final class Hub: Sendable {
                 continue
             }
             var dropped = false
-            if state.lanes[lane].depth(total: total) > capacity {
+            while state.lanes[lane].depth(total: total) > capacity {
+                state.lanes[lane].dropOldest()
+                dropped = true
+            }
+            if state.lanes[lane].waiting {
+                state.lanes[lane].waiting = false
+                wake.add(lane)
+            }
+            if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
+        }
+    }
+
+    /// With the lock held, after envelopes for every lane were appended (and full segments sealed):
+    /// the lane checks of `admit`, once per lane for the whole group.
+    private func admitGroup(state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
+        let total = state.total
+        for lane in state.lanes.indices {
+            var dropped = false
+            while state.lanes[lane].depth(total: total) > capacity {
                 state.lanes[lane].dropOldest()
                 dropped = true
             }

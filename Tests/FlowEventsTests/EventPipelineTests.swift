@@ -104,8 +104,9 @@ struct EventPipelineTests {
         #expect(Set(got.map(index)).count == 8000)
     }
 
-    @Test("a slow sink loses its oldest events, counts them exactly, and the others hear sink.dropped")
-    func overflowDropsOldest() {
+    @Test("a slow sink loses its oldest events, counts them exactly, and the others hear sink.dropped",
+          arguments: [false, true])
+    func overflowDropsOldest(inGroups: Bool) {
         let slow = RecordingSink(name: "slow", gated: true)
         let fast = RecordingSink(name: "fast")
         let pipeline = EventPipeline(sinks: [slow, fast], queueCapacity: 10)
@@ -113,7 +114,12 @@ struct EventPipelineTests {
         slow.entered.wait()  // the slow sink now holds event 0 inside consume
         // Bursts of 5 that the fast sink can absorb within its own bound of 10.
         for burst in 0..<6 {
-            for i in 1...5 { pipeline.receive(event(burst * 5 + i)) }
+            // One by one, or as one group (as the engine hands over the events of one input).
+            if inGroups {
+                pipeline.receive(contentsOf: (1...5).map { event(burst * 5 + $0) })
+            } else {
+                for i in 1...5 { pipeline.receive(event(burst * 5 + i)) }
+            }
             while pipeline.queueDepth(sink: "fast") != 0 { usleep(200) }
         }
         #expect(pipeline.dropped(sink: "slow") == 20)
