@@ -102,6 +102,8 @@ public struct EngineEvent: Sendable {
 }
 
 /// The one seam through which the engine reports events. The engine knows no sink beyond this.
+/// A sink is called while the engine handles an input: it must not block and must not call back into
+/// that engine.
 public protocol EngineEventSink: Sendable {
     /// Receives one event. Must not block.
     func receive(_ event: EngineEvent)
