@@ -399,16 +399,7 @@ private final class Hub: Sendable {
                 state.lanes[lane].excluded.append(index)
                 continue
             }
-            var dropped = false
-            while state.lanes[lane].depth(total: total) > capacity {
-                state.lanes[lane].dropOldest()
-                dropped = true
-            }
-            if state.lanes[lane].waiting {
-                state.lanes[lane].waiting = false
-                wake.add(lane)
-            }
-            if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
+            check(lane: lane, total: total, state: &state, reporter: reporter, wake: &wake)
         }
     }
 
@@ -417,17 +408,23 @@ private final class Hub: Sendable {
     private func admitGroup(state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
         let total = state.total
         for lane in state.lanes.indices {
-            var dropped = false
-            while state.lanes[lane].depth(total: total) > capacity {
-                state.lanes[lane].dropOldest()
-                dropped = true
-            }
-            if state.lanes[lane].waiting {
-                state.lanes[lane].waiting = false
-                wake.add(lane)
-            }
-            if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
+            check(lane: lane, total: total, state: &state, reporter: reporter, wake: &wake)
         }
+    }
+
+    /// With the lock held: drops lane `lane`'s oldest envelopes while it holds more than `capacity`
+    /// (reporting the drops), and notes it for a wake-up if its drain thread waits.
+    private func check(lane: Int, total: UInt64, state: inout HubState, reporter: DropReporter, wake: inout WakeList) {
+        var dropped = false
+        while state.lanes[lane].depth(total: total) > capacity {
+            state.lanes[lane].dropOldest()
+            dropped = true
+        }
+        if state.lanes[lane].waiting {
+            state.lanes[lane].waiting = false
+            wake.add(lane)
+        }
+        if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
     }
 
     /// With the lock held: emits a `sink.dropped` event about lane `index` to the other lanes

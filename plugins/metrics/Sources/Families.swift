@@ -218,6 +218,8 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
 
     /// Calls `body` under the lock with the series in label-value order.
     /// The rows are lent in place, not copied (no retain/release of their arrays per row).
+    /// Each family writes its rows with its own copy of the chunked loop: one shared method taking a
+    /// per-row closure measured 2.5x slower (the closures were not inlined through `TextOut.append`).
     func withRows(_ body: (UnsafeBufferPointer<Row>) -> Void) {
         state.withLock { s in s.rows.withUnsafeBufferPointer { body($0) } }
     }
