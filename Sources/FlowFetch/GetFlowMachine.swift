@@ -66,8 +66,8 @@ public struct GetFlowMachine: FetchMachine {
         self.requestedLoadTimeout = requested
     }
 
-    private var callName: String {
-        if case .getFlow = call { "getFlow" } else { "getFlowForDefaultAudience" }
+    private var callName: FetchCallName {
+        if case .getFlow = call { .getFlow } else { .getFlowForDefaultAudience }
     }
     private var loadTimeout: Double? {
         if case .getFlow(let t) = call { t } else { nil }
@@ -80,8 +80,7 @@ public struct GetFlowMachine: FetchMachine {
             emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": .number(t)], &actions)
         }
         if reportsCall {
-            emit(.fetchStart, ["call": .string(callName), "policy": .string(policy.description),
-                               "loadTimeout": loadTimeout.map(JSONValue.number) ?? .null], &actions)
+            emit(.fetchStart, .fetchStart(call: callName, policy: policy, loadTimeout: loadTimeout), &actions)
         }
         switch policy {
         case .reloadRevalidatingCacheData:
@@ -253,8 +252,8 @@ public struct GetFlowMachine: FetchMachine {
     }
 
     private func emitHit(_ entry: CachedFlow, layer: CacheLayer, now: Double, _ actions: inout [MachineAction]) {
-        emit(.cacheHit, ["layer": .string(layer.rawValue), "age": seconds(now - entry.storedAt),
-                         "audience": .string(entry.audienceKind)], &actions)
+        emit(.cacheHit, .cacheHit(layer: layer, age: roundedSeconds(now - entry.storedAt),
+                                  fromDefaultAudience: entry.fromDefaultAudience), &actions)
     }
 
     private mutating func emitMiss(_ actions: inout [MachineAction]) {
@@ -286,17 +285,16 @@ public struct GetFlowMachine: FetchMachine {
 }
 
 /// The attributes of fetch.end for a call's outcome.
-func fetchEndAttrs(call: String, _ outcome: CallOutcome, duration: Double) -> EventAttributes {
-    var attrs = EventAttributes(minimumCapacity: 6)
-    attrs.append("call", .string(call))
-    attrs.append("duration", seconds(duration))
+func fetchEndAttrs(call: FetchCallName, _ outcome: CallOutcome, duration: Double) -> EventAttributes {
     if let flow = outcome.flow {
         let source = if case .configuration(let c) = outcome { c.source } else { flow.source }
-        attrs.append("source", .string(source.rawValue))
-        attrs.append("variation", .string(flow.variationId))
-        attrs.append("audience", .string(flow.audienceName))
-        attrs.append("targetingLost", .bool(flow.targetingLost))
-    } else if let error = outcome.error {
+        return .fetchEndFlow(call: call, duration: roundedSeconds(duration), source: source, variation: flow.variationId,
+                             audience: flow.audienceName, targetingLost: flow.targetingLost)
+    }
+    var attrs = EventAttributes(minimumCapacity: 3)
+    attrs.append("call", .string(call.rawValue))
+    attrs.append("duration", seconds(duration))
+    if let error = outcome.error {
         attrs.append("errorCode", .number(Double(error.code.rawValue)))
     }
     return attrs

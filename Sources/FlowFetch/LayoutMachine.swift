@@ -122,7 +122,7 @@ public struct LayoutMachine: FetchMachine {
 
     private mutating func finish(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
         stage = .done
-        emit(.fetchEnd, fetchEndAttrs(call: "getFlowConfiguration", outcome, duration: now - startedAt), &actions)
+        emit(.fetchEnd, fetchEndAttrs(call: .getFlowConfiguration, outcome, duration: now - startedAt), &actions)
         actions.append(.finish(outcome))
     }
 

@@ -120,7 +120,11 @@ extension FetchMachine {
 
 /// Rounds engine times for attributes (microseconds), so virtual runs print clean numbers.
 @inline(__always)
-func seconds(_ v: Double) -> JSONValue { .number((v * 1_000_000).rounded() / 1_000_000) }
+func seconds(_ v: Double) -> JSONValue { .number(roundedSeconds(v)) }
+
+/// Seconds rounded to the microsecond, as events report times.
+@inline(__always)
+func roundedSeconds(_ v: Double) -> Double { (v * 1_000_000).rounded() / 1_000_000 }
 
 extension MachineAction {
     /// Whether the action needs nothing of a running call (no request, timer, child or watcher), so

@@ -102,7 +102,7 @@ public struct OrDefaultMachine: FetchMachine {
 
     private mutating func deliver(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
         race = .done
-        emit(.fetchEnd, fetchEndAttrs(call: "getFlowOrDefault", outcome, duration: now - startedAt), &actions)
+        emit(.fetchEnd, fetchEndAttrs(call: .getFlowOrDefault, outcome, duration: now - startedAt), &actions)
         actions.append(.finish(outcome))
     }
 
