@@ -42,7 +42,9 @@ public final class FlowEngine: CacheView {
     }
 
     public let configuration: Configuration
-    public private(set) var profile: Profile
+    // Unchecked exclusivity: read on every call; the engine is driven from one thread at a time and
+    // no access outlives the statement that makes it.
+    @exclusivity(unchecked) public private(set) var profile: Profile
     public let flowCache: FlowCache
     public let layouts: LayoutStore
     private unowned let host: EngineHost
@@ -51,7 +53,7 @@ public final class FlowEngine: CacheView {
     private let events: any EngineEventSink
     /// Whether a sink listens (checked on hot paths instead of copying the optional sink).
     private let reportsEvents: Bool
-    private var newTrace: () -> TraceID
+    @exclusivity(unchecked) private var newTrace: () -> TraceID
 
     private enum Machine: Sendable {
         case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
@@ -262,7 +264,18 @@ public final class FlowEngine: CacheView {
     // MARK: CacheView
 
     public func readFlow(placement: String) -> CacheRead {
-        flowCache.read(CacheKey(profileId: profile.id, placementId: placement))
+        flowCache.read(cacheKey(placement))
+    }
+
+    /// The key used last: an app asks for the same placement again and again, and the key's digest
+    /// then need not be computed again (compared by id, so a new profile or placement makes a new key).
+    @exclusivity(unchecked) private var lastKey: CacheKey?
+
+    private func cacheKey(_ placement: String) -> CacheKey {
+        if let lastKey, lastKey.placementId == placement, lastKey.profileId == profile.id { return lastKey }
+        let key = CacheKey(profileId: profile.id, placementId: placement)
+        lastKey = key
+        return key
     }
 
     public func readLayout(_ ref: LayoutRef) -> Layout? { layouts.read(ref) }
@@ -452,7 +465,7 @@ public final class FlowEngine: CacheView {
     }
 
     private func store(_ placement: String, _ entry: CachedFlow, keepTargeted: Bool, _ call: CallInfo, _ now: Double) {
-        let key = CacheKey(profileId: profile.id, placementId: placement)
+        let key = cacheKey(placement)
         let result = flowCache.write(key, entry, keepTargeted: keepTargeted, measure: reportsEvents)
         if let corrupt = result.corrupt {
             emit(.cacheCorrupt, placement: placement, span: 0, ["key": .string(corrupt.key), "reason": .string(corrupt.reason)], call, now)

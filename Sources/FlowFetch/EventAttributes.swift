@@ -56,17 +56,17 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     }
 
     /// fetch.start's attributes (`loadTimeout` null when the call has none).
-    static func fetchStart(call: FetchCallName, policy: FetchPolicy, loadTimeout: Double?) -> EventAttributes {
+    public static func fetchStart(call: FetchCallName, policy: FetchPolicy, loadTimeout: Double?) -> EventAttributes {
         EventAttributes(storage: .fetchStart(call: call, policy: policy, loadTimeout: loadTimeout))
     }
 
     /// cache.hit's attributes (age in seconds, as reported).
-    static func cacheHit(layer: CacheLayer, age: Double, fromDefaultAudience: Bool) -> EventAttributes {
+    public static func cacheHit(layer: CacheLayer, age: Double, fromDefaultAudience: Bool) -> EventAttributes {
         EventAttributes(storage: .cacheHit(layer: layer, age: age, fromDefaultAudience: fromDefaultAudience))
     }
 
     /// fetch.end's attributes for a call that returned a flow (duration in seconds, as reported).
-    static func fetchEndFlow(call: FetchCallName, duration: Double, source: FlowSource, variation: String,
+    public static func fetchEndFlow(call: FetchCallName, duration: Double, source: FlowSource, variation: String,
                              audience: String, targetingLost: Bool) -> EventAttributes {
         EventAttributes(storage: .fetchEndFlow(call: call, duration: duration, source: source, variation: variation,
                                                audience: audience, targetingLost: targetingLost))
@@ -295,7 +295,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     public var description: String { jsonValue.jsonText }
 }
 
-/// The calls whose fetch.start and fetch.end carry typed attributes.
-enum FetchCallName: String, Sendable {
+/// The calls whose fetch.start and fetch.end can carry typed attributes (their `call` attribute).
+public enum FetchCallName: String, Sendable {
     case getFlow, getFlowForDefaultAudience, getFlowOrDefault, getFlowConfiguration
 }

@@ -110,10 +110,10 @@ public struct BenchmarkSuite: Sendable {
         let pipeline = try threeSinkPipeline("engine")
         defer { pipeline.shutdown() }
         let host = BenchHost()
-        var traces: UInt64 = 0
+        let traces = TraceCounter()
         let engine = FlowEngine(profile: Profile(id: "user-1"), flowCache: FlowCache(disk: InMemoryDiskStore()),
                                 layouts: InMemoryLayoutStore(), host: host, events: sinks ? pipeline : nil,
-                                traceIDs: { traces += 1; return TraceID(high: 1, low: traces) })
+                                traceIDs: traces.next)
         let flow = benchFlow()
         _ = engine.flowCache.write(CacheKey(profileId: "user-1", placementId: flow.placementId),
                                    CachedFlow(flow: flow, storedAt: 0, fromDefaultAudience: false), keepTargeted: false)
@@ -341,7 +341,8 @@ public struct BenchmarkSuite: Sendable {
 
     /// Runs `subject` and `baseline` alternately, `runs` times each after one warm-up of each, and
     /// returns their median ns per operation, in CPU time of the calling thread (robust to other
-    /// processes sharing the cores; time spent blocked is not counted).
+    /// processes sharing the cores; time spent blocked is not counted). `between` runs before each
+    /// of them (e.g. waits until the pipeline has drained).
     func interleaved(n: Int, between: () -> Void, subject: (Int) throws -> Void,
                      baseline: (Int) -> Void) rethrows -> (subject: Double, baseline: Double) {
         var s: [Double] = [], b: [Double] = []
@@ -350,6 +351,9 @@ public struct BenchmarkSuite: Sendable {
             var start = threadCPUNanos()
             try subject(n)
             let subjectNanos = threadCPUNanos() - start
+            // The subject's own work in the background (sinks draining its events) is over before
+            // the baseline runs: it would slow the baseline down and flatter the ratio.
+            between()
             start = threadCPUNanos()
             baseline(n)
             let baselineNanos = threadCPUNanos() - start
@@ -368,9 +372,20 @@ struct BenchError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// Trace ids for the benchmark's engine: a counter.
+private final class TraceCounter {
+    // Unchecked exclusivity: used from the benchmark's one thread.
+    @exclusivity(unchecked) private var last: UInt64 = 0
+    func next() -> TraceID {
+        last += 1
+        return TraceID(high: 1, low: last)
+    }
+}
+
 /// The engine's host for the cache-hit benchmark: nothing is sent; finished calls are counted.
 private final class BenchHost: EngineHost {
-    var flows = 0
+    // Unchecked exclusivity: the engine calls its host from the benchmark's one thread.
+    @exclusivity(unchecked) var flows = 0
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {}
     func cancel(_ request: RequestID) {}
     func schedule(_ timer: TimerID, at: Double) {}
@@ -403,11 +418,11 @@ func benchFlow() -> Flow {
     return Flow(payload: payload, variation: payload.variations[0], source: .network, targetingLost: false)
 }
 
-/// A typical event: cache.hit with its three attributes.
+/// A typical event: a cache.hit as the engine emits it (its attributes typed: layer, age, audience).
 func benchEvent() -> EngineEvent {
     let trace = TraceID(high: 0x4bf9_2f35_77b3_4da6, low: 0xa3ce_929d_0e0e_4736)
     return EngineEvent(name: .cacheHit, t: 4.5, placement: "main_paywall", trace: trace, span: SpanID(trace: trace, index: 0),
-                       attrs: ["layer": "memory", "age": 12.5, "audience": "targeted"])
+                       attrs: .cacheHit(layer: .memory, age: 12.5, fromDefaultAudience: false))
 }
 
 /// CPU nanoseconds the calling thread has used.
