@@ -12,7 +12,11 @@ run: setup release
 # alone, so the parallel pass cannot starve them of CPU. The headless-browser suite runs there too:
 # it blocks a thread of the 2-core cooperative pool for tens of seconds per test, which starved the
 # async tests of the parallel pass (an attach test's 5 s HTTP timeout expired on a loaded run).
-SERIAL = RealTime|DashboardBrowser
+# So do the other tests that wait on a real HTTP exchange with a deadline, which the parallel pass's
+# CPU-bound tests (fuzzing, property runs, kill -9 children) can hold up: the OTLP export suite
+# (its `flush()` blocks a pool thread while URLSession talks to a stub collector; one request
+# stalled 30 s) and the test kit's attach tests (the attach stream's 5 s timeout expired once more).
+SERIAL = RealTime|DashboardBrowser|OTLPSinkTests\.OTLPSinkTests/|FlowTraceTests/attach
 test: setup-test
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --skip '$(SERIAL)'
