@@ -87,8 +87,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// Turns a fixed set into a list before it is changed.
     private mutating func withList<R>(_ body: (inout [(String, JSONValue)]) -> R) -> R {
-        var list: [(String, JSONValue)]
-        if case .list(let pairs) = storage { list = pairs } else { list = pairs }
+        var list = pairs
         storage = .list([])  // so `list` is the only reference and changes in place
         defer { storage = .list(list) }
         return body(&list)
