@@ -18,6 +18,10 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
     public typealias Element = (key: String, value: JSONValue)
 
     /// The attributes: a list of pairs, or one of the fixed sets the hot path emits.
+    ///
+    /// Keep the payloads in this order: with fetchEndFlow's texts first (to pack it into 43 bytes)
+    /// Swift 6.3.1 built code that crashed constructing a fetchStart, in debug and release builds
+    /// alike (`TypedAttributesTests` caught it at once).
     private enum Storage: Sendable {
         /// The pairs as set. The same element type a literal's variadic list has, so a literal
         /// adopts that list's storage instead of copying it.
