@@ -71,7 +71,7 @@ public struct EventAttributes: Sendable, Hashable, ExpressibleByDictionaryLitera
 
     /// fetch.end's attributes for a call that returned a flow (duration in seconds, as reported).
     public static func fetchEndFlow(call: FetchCallName, duration: Double, source: FlowSource, variation: String,
-                             audience: String, targetingLost: Bool) -> EventAttributes {
+                                    audience: String, targetingLost: Bool) -> EventAttributes {
         EventAttributes(storage: .fetchEndFlow(call: call, duration: duration, source: source, variation: variation,
                                                audience: audience, targetingLost: targetingLost))
     }
