@@ -130,9 +130,10 @@ public final class SSEHub: Sendable {
     }
 }
 
-/// `struct MHD_Connection *` handed to publisher threads. Safe to share: the pointer stays valid until
-/// the response's free callback runs (which marks the stream finished under its lock before the
-/// connection can go away), and MHD_resume_connection may be called from any thread.
+/// `struct MHD_Connection *` handed to publisher threads.
+/// @unchecked Sendable: it holds only that C pointer, which stays valid until the response's free
+/// callback runs (which marks the stream finished under its lock before the connection can go away),
+/// and MHD_resume_connection may be called from any thread.
 struct ConnectionRef: @unchecked Sendable {
     let raw: OpaquePointer
 }
