@@ -59,7 +59,7 @@ let package = Package(
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
         .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
-        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowScopeTools", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -147,6 +147,9 @@ public final class StubBackendServer: Sendable {
     /// Connections open now.
     public var openConnections: Int { context.open.load(ordering: .relaxed) }
 
+    /// Whether `stop()` has begun (a test hook).
+    var isStopping: Bool { context.stopping.load(ordering: .relaxed) }
+
     /// Stops: resumes every waiting connection (which then closes), then stops the daemon.
     public func stop() {
         guard let d = daemon.withLock({ d -> DaemonRef? in defer { d = nil }; return d }) else { return }
@@ -267,11 +270,16 @@ final class StubExchange: @unchecked Sendable {
     let state = Mutex(State())
     init(connection: OpaquePointer, context: StubContext) { self.connection = connection; self.context = context }
 
-    /// Suspends the connection (daemon thread only).
-    func suspend() {
+    /// Suspends the connection (daemon thread only); false when the stub is stopping. `stop()` resumes
+    /// the connections suspended when it starts, and libmicrohttpd aborts the process if one is still
+    /// suspended when its daemon stops, so none may be suspended after that. Checked under the lock
+    /// `stop()`'s resume takes, which orders the two: either this sees the flag or that sees `suspended`.
+    func suspend() -> Bool {
         state.withLock { s in
+            guard !context.stopping.load(ordering: .relaxed) else { return false }
             s.suspended = true
             MHD_suspend_connection(connection)
+            return true
         }
     }
 
@@ -346,7 +354,7 @@ final class StubContext: Sendable {
             return !s.waited && plan.latency > 0
         }
         if mustWait {
-            exchange.suspend()
+            guard exchange.suspend() else { return .NO }
             exchange.resume(after: plan.latency)
             return .YES
         }
@@ -358,8 +366,7 @@ final class StubContext: Sendable {
             MHD_add_response_header(response, "Content-Type", type)
             return MHD_queue_response(connection, UInt32(clamping: status), response)
         case .hang:
-            exchange.suspend()
-            return .YES
+            return exchange.suspend() ? .YES : .NO
         case .reset:
             if let fd = ConnectionSocket.fd(connection) {
                 var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
@@ -395,6 +402,8 @@ final class StubContext: Sendable {
                 return (1, nil)
             }
             let d = s.nextDripAt - now
+            // As in `StubExchange.suspend()`: nothing is suspended once `stop()` has begun.
+            guard !stopping.load(ordering: .relaxed) else { return (MHD_CONTENT_READER_END_WITH_ERROR, nil) }
             s.suspended = true
             MHD_suspend_connection(exchange.connection)
             return (0, Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
