@@ -45,9 +45,19 @@ struct MD5 {
     /// Pads, and returns the digest as two big-endian halves: bytes 0..<8 and bytes 8..<16.
     mutating func finish() -> (high: UInt64, low: UInt64) {
         let bits = length &* 8
-        update(byte: 0x80)
-        while filled != 56 { update(byte: 0) }
-        withUnsafeBytes(of: bits.littleEndian) { update($0) }
+        // 0x80, zeros to byte 56 of a block (of the next one when fewer than 9 bytes are left), the length.
+        let at = filled
+        withUnsafeMutableBytes(of: &block) { b in
+            b[at] = 0x80
+            b.baseAddress!.advanced(by: at + 1).initializeMemory(as: UInt8.self, repeating: 0, count: 63 - at)
+        }
+        if at >= 56 {
+            compress()
+            block = (0, 0, 0, 0, 0, 0, 0, 0)
+        }
+        block.7 = bits.littleEndian
+        compress()
+        filled = 0
         func half(_ x: UInt32, _ y: UInt32) -> UInt64 { UInt64(x.byteSwapped) << 32 | UInt64(y.byteSwapped) }
         return (half(a0, b0), half(c0, d0))
     }
@@ -64,11 +74,15 @@ struct MD5 {
                     a = d; d = c; c = b
                     b = b &+ (sum << r | sum >> (32 - r))
                 }
+                /// The rotation of step `i` of a round (a switch, not an array literal: no bounds checks).
+                @inline(__always) func shift(_ i: Int, _ r: (UInt32, UInt32, UInt32, UInt32)) -> UInt32 {
+                    switch i & 3 { case 0: r.0; case 1: r.1; case 2: r.2; default: r.3 }
+                }
                 // The four rounds of RFC 1321, sixteen steps each.
-                for i in 0..<16 { step((b & c) | (~b & d), i, i, [7, 12, 17, 22][i & 3]) }
-                for i in 16..<32 { step((d & b) | (~d & c), i, (5 &* i &+ 1) & 15, [5, 9, 14, 20][i & 3]) }
-                for i in 32..<48 { step(b ^ c ^ d, i, (3 &* i &+ 5) & 15, [4, 11, 16, 23][i & 3]) }
-                for i in 48..<64 { step(c ^ (b | ~d), i, (7 &* i) & 15, [6, 10, 15, 21][i & 3]) }
+                for i in 0..<16 { step((b & c) | (~b & d), i, i, shift(i, (7, 12, 17, 22))) }
+                for i in 16..<32 { step((d & b) | (~d & c), i, (5 &* i &+ 1) & 15, shift(i, (5, 9, 14, 20))) }
+                for i in 32..<48 { step(b ^ c ^ d, i, (3 &* i &+ 5) & 15, shift(i, (4, 11, 16, 23))) }
+                for i in 48..<64 { step(c ^ (b | ~d), i, (7 &* i) & 15, shift(i, (6, 10, 15, 21))) }
             }
         }
         a0 &+= a; b0 &+= b; c0 &+= c; d0 &+= d
