@@ -126,8 +126,9 @@ public struct BenchmarkSuite: Sendable {
         // 3 events per call: a run stays under the queue bound, and the queues drain between runs.
         let n = count(20_000)
         var now = 1.0
+        // The lookup costs ~1/20 of the hit: 16 times as many make a baseline run about as long.
         let measured = try interleaved(
-            n: n, between: { pipeline.waitUntilDrained(timeout: 30) },
+            n: n, baselineScale: 16, between: { pipeline.waitUntilDrained(timeout: 30) },
             subject: { n throws in
                 for _ in 0..<n {
                     now += 0.001
@@ -342,8 +343,10 @@ public struct BenchmarkSuite: Sendable {
     /// Runs `subject` and `baseline` alternately, `runs` times each after one warm-up of each, and
     /// returns their median ns per operation, in CPU time of the calling thread (robust to other
     /// processes sharing the cores; time spent blocked is not counted). `between` runs before each
-    /// of them (e.g. waits until the pipeline has drained).
-    func interleaved(n: Int, between: () -> Void, subject: (Int) throws -> Void,
+    /// of them (e.g. waits until the pipeline has drained). The baseline does `n * baselineScale`
+    /// operations per run: a much cheaper operation needs more of them to last as long as the
+    /// subject's run, or one interrupt or frequency step weighs on it far more than on the subject.
+    func interleaved(n: Int, baselineScale: Int = 1, between: () -> Void, subject: (Int) throws -> Void,
                      baseline: (Int) -> Void) rethrows -> (subject: Double, baseline: Double) {
         var s: [Double] = [], b: [Double] = []
         for run in 0...runs {
@@ -355,11 +358,11 @@ public struct BenchmarkSuite: Sendable {
             // the baseline runs: it would slow the baseline down and flatter the ratio.
             between()
             start = threadCPUNanos()
-            baseline(n)
+            baseline(n * baselineScale)
             let baselineNanos = threadCPUNanos() - start
             if run > 0 {
                 s.append(Double(subjectNanos) / Double(n))
-                b.append(Double(baselineNanos) / Double(n))
+                b.append(Double(baselineNanos) / Double(n * baselineScale))
             }
         }
         return (median(s), median(b))
