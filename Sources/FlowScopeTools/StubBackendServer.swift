@@ -150,7 +150,8 @@ public final class StubBackendServer: Sendable {
     /// Whether `stop()` has begun (a test hook).
     var isStopping: Bool { context.stopping.load(ordering: .relaxed) }
 
-    /// Stops: resumes every waiting connection (which then closes), then stops the daemon.
+    /// Stops: resumes every waiting connection (which then closes; none suspends again once this has
+    /// begun), then stops the daemon.
     public func stop() {
         guard let d = daemon.withLock({ d -> DaemonRef? in defer { d = nil }; return d }) else { return }
         context.stopping.store(true, ordering: .relaxed)
