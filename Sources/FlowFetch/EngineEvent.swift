@@ -61,10 +61,7 @@ public struct SpanID: Hashable, Sendable, CustomStringConvertible {
     /// The span of stage or request number `index` of a call: derived from the trace so that
     /// virtual-time runs are deterministic and ids within a trace never collide in practice.
     public init(trace: TraceID, index: UInt64) {
-        var z = trace.low ^ (trace.high &* 0x9E37_79B9_7F4A_7C15) &+ index &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
+        let z = mix64(trace.low ^ (trace.high &* splitMix64Gamma) &+ index &* 0xBF58_476D_1CE4_E5B9)
         raw = z == 0 ? 1 : z
     }
     public var hex: String { hex16(raw) }

@@ -51,10 +51,7 @@ public struct CacheKey: Hashable, Sendable, CustomStringConvertible {
     /// instead of a SipHash of it, which cost more than the rest of a cache lookup. Ids are the
     /// app's own, so there is no flooding to resist here.
     public func _rawHashValue(seed: Int) -> Int {
-        var z = digest ^ UInt64(truncatingIfNeeded: seed) &* 0x9E37_79B9_7F4A_7C15
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return Int(truncatingIfNeeded: z ^ (z >> 31))
+        Int(truncatingIfNeeded: mix64(digest ^ UInt64(truncatingIfNeeded: seed) &* splitMix64Gamma))
     }
 }
 

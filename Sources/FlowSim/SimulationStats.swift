@@ -1,3 +1,4 @@
+import FlowFetch
 import Foundation
 
 /// The strategy lab's random numbers: SplitMix64, seeded, with uniform and normal draws.
@@ -17,11 +18,8 @@ public struct SimulationRandom: Sendable {
     /// The next 64 random bits.
     @inline(__always)
     public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        state &+= splitMix64Gamma
+        return mix64(state)
     }
 
     /// Uniform in [0, 1).

@@ -1,3 +1,5 @@
+import FlowFetch
+
 /// A virtual clock with a queue of things due at given times: the discrete-event core of scenario
 /// runs and simulations. Items due at the same time come out in the order they were scheduled.
 public struct EventQueue<Item>: ~Copyable {
@@ -76,10 +78,7 @@ public struct SeededIDs: Sendable {
     private var state: UInt64
     public init(seed: UInt64) { state = seed }
     public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        state &+= splitMix64Gamma
+        return mix64(state)
     }
 }

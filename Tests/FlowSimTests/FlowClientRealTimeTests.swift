@@ -68,6 +68,34 @@ struct FlowClientRealTimeTests {
         #expect((error as? FlowError)?.code == .operationInterrupted)
     }
 
+    @Test("in a task cancelled before it asks, a cache hit still returns its flow and a call that must wait ends at once")
+    func cancelledBeforeStart() async throws {
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: Self.backend(rules: [Self.hang(.targeted)]))
+        // Warm the cache for "main" through the default audience (the targeted request hangs).
+        _ = try await client.getFlowForDefaultAudience(placementId: "main")
+        let gate = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let task = Task { () async -> (hit: Result<Flow, FlowError>, wait: Result<Flow, FlowError>, elapsed: Duration) in
+            // Wait here until the test has cancelled this task.
+            await withCheckedContinuation { c in gate.withLock { $0 = c } }
+            let hit: Result<Flow, FlowError>
+            do throws(FlowError) { hit = .success(try await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad)) }
+            catch { hit = .failure(error) }
+            let started = ContinuousClock.now
+            let wait: Result<Flow, FlowError>
+            do throws(FlowError) { wait = .success(try await client.getFlow(placementId: "onboarding", loadTimeout: 30)) }
+            catch { wait = .failure(error) }
+            return (hit, wait, ContinuousClock.now - started)
+        }
+        while gate.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        task.cancel()
+        gate.withLock { $0?.resume(); $0 = nil }
+        let (hit, wait, elapsed) = await task.value
+        #expect((try? hit.get())?.source == .cache, "the hit ends within its start: nothing to cancel")
+        guard case .failure(let error) = wait else { Issue.record("expected an error, got \(wait)"); return }
+        #expect(error.code == .operationInterrupted)
+        #expect(elapsed < .seconds(5), "ended at once, not at the 30 s loadTimeout (took \(elapsed))")
+    }
+
     @Test("identify ends calls in flight with profileWasChanged")
     func identifyDuringCall() async throws {
         let client = FlowClient(profile: Profile(id: "user-42"), backend: Self.backend(rules: [Self.hang(.targeted)]))
