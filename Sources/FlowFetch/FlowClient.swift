@@ -164,7 +164,7 @@ final class Core: Sendable {
         state.withLock { body($0.engine, now) }
     }
 
-    func flow(_ start: @escaping @Sendable (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
+    func flow(_ start: (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
         let outcome = try await outcome(start)
         guard let flow = outcome.flow else { throw FlowError(.decodingFailed, "no flow") }
         return flow
@@ -173,12 +173,12 @@ final class Core: Sendable {
     /// Starts a call and waits for its outcome; cancellation of the waiting task cancels the call.
     /// A call that ends within its start (a cache hit) returns without suspending: no continuation,
     /// no cancellation handler, no hop back to the caller's executor.
-    func outcome(_ start: @escaping @Sendable (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
+    func outcome(_ start: (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
         let now = clock.now()
         let started = state.withLock { s -> Result<(CallID, CallOutcome?), FlowError> in
             do throws(FlowError) {
                 let id = try start(s.engine, now)
-                return .success((id, s.driver.finishedEarly.removeValue(forKey: id)))
+                return .success((id, s.driver.takeFinished(id)))
             } catch {
                 return .failure(error)
             }
@@ -193,7 +193,7 @@ final class Core: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<CallOutcome, Never>) in
                 state.withLock { s in
                     // It may have ended since it started (or been cancelled by the handler).
-                    if let done = s.driver.finishedEarly.removeValue(forKey: id) {
+                    if let done = s.driver.takeFinished(id) {
                         continuation.resume(returning: done)
                     } else {
                         s.driver.waiters[id] = continuation
@@ -236,8 +236,19 @@ final class Driver: EngineHost {
     var requests: [RequestID: Task<Void, Never>] = [:]
     var timers: [TimerID: @Sendable () -> Void] = [:]
     var waiters: [CallID: CheckedContinuation<CallOutcome, Never>] = [:]
-    /// Calls that finished while they started (cache hits), before anyone waited for them.
-    var finishedEarly: [CallID: CallOutcome] = [:]
+    /// Calls that finished before anyone waited for them (cache hits end within their start). The
+    /// latest is kept in a slot of its own, so a cache hit touches no dictionary.
+    private var finishedLast: (call: CallID, outcome: CallOutcome)?
+    private var finishedEarlier: [CallID: CallOutcome] = [:]
+
+    /// The outcome of `call` if it has finished and nobody has taken it yet.
+    func takeFinished(_ call: CallID) -> CallOutcome? {
+        if let last = finishedLast, last.call == call {
+            finishedLast = nil
+            return last.outcome
+        }
+        return finishedEarlier.isEmpty ? nil : finishedEarlier.removeValue(forKey: call)
+    }
 
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
         let core = self.core!
@@ -258,10 +269,11 @@ final class Driver: EngineHost {
     func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?() }
 
     func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
-        if let waiter = waiters.removeValue(forKey: call) {
+        if !waiters.isEmpty, let waiter = waiters.removeValue(forKey: call) {
             waiter.resume(returning: outcome)
         } else {
-            finishedEarly[call] = outcome
+            if let previous = finishedLast { finishedEarlier[previous.call] = previous.outcome }
+            finishedLast = (call, outcome)
         }
     }
 }
