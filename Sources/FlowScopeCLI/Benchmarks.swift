@@ -152,8 +152,8 @@ public struct BenchmarkSuite: Sendable {
                                target: "<= 1000 ns and <= 20x baseline")
     }
 
-    /// The same cache hit through the public async API (`FlowClient.getFlow`): adds the lock, the
-    /// continuation and the task hop.
+    /// The same cache hit through the public async API (`FlowClient.getFlow`): adds the lock and the
+    /// async call (a call that ends within its start does not suspend).
     func clientCacheHit() async throws -> BenchmarkResult {
         let pipeline = try threeSinkPipeline("client")
         defer { pipeline.shutdown() }
