@@ -339,15 +339,16 @@ private final class Hub: Sendable {
 
     func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds &- startUptime) / 1e9 }
 
-    /// Stamps one engine event and appends it for every lane. The envelope is built in place in
-    /// the open segment (no intermediate copies); the lock is held for the append and the lane checks.
+    /// Stamps one engine event and appends it for every lane; the lock is held for the append and
+    /// the lane checks. (Swift 6.3's optimiser still builds each envelope, copies it and destroys
+    /// the original before moving it into the segment, whichever way the append is written: plain,
+    /// `consume`, or `_copyContents` initialising the array's free capacity. BENCHMARKS.md.)
     func enqueue(_ event: EngineEvent, ts: Double, run: String, reporter: DropReporter) {
         var wake = WakeList()
         state.withLock { state in
             guard !state.closed else { return }
             let seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
-            let envelope = Envelope(event, seq: seq, ts: ts, run: run)
-            state.open.append(consume envelope)
+            state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
             admit(except: nil, state: &state, reporter: reporter, wake: &wake)
         }
         wake.signal(wakes)
@@ -361,10 +362,7 @@ private final class Hub: Sendable {
             var seq = processSequence.wrappingAdd(UInt64(events.count), ordering: .relaxed).newValue - UInt64(events.count)
             for event in events {
                 seq += 1
-                let envelope = Envelope(event, seq: seq, ts: ts, run: run)
-                // Moved in: appending the initialiser's result directly compiled to a copy of the
-                // envelope into the buffer and a destroy of the original (seen in the profile).
-                state.open.append(consume envelope)
+                state.open.append(Envelope(event, seq: seq, ts: ts, run: run))
                 if state.open.count >= segmentSize { seal(&state) }
             }
             admitGroup(state: &state, reporter: reporter, wake: &wake)

@@ -540,7 +540,7 @@ public final class FlowEngine: CacheView {
     @exclusivity(unchecked) private var pendingEvents: [EngineEvent] = []
 
     private func record(_ event: consuming EngineEvent) {
-        pendingEvents.append(consume event)  // without `consume` the event is copied in, then destroyed
+        pendingEvents.append(event)
     }
 
     private func flushEvents() {
