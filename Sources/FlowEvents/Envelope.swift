@@ -4,30 +4,35 @@ import FlowJSON
 /// An event as sinks, files and the API see it: the engine's event stamped by the pipeline with a
 /// process-wide sequence number, the wall-clock time and the run that produced it.
 public struct Envelope: Sendable {
+    /// The engine's event, kept whole: stamping it is then one copy of the event.
+    public var event: EngineEvent
     /// Per process, strictly increasing.
     public var seq: UInt64
     /// Wall clock, seconds since 1970 (UTC); written as ISO 8601 with microseconds.
     public var ts: Double
-    /// Engine clock, seconds (virtual in simulation).
-    public var t: Double
     /// What produced it: `live`, a test name, a simulation id.
     public var run: String
-    public var trace: TraceID
-    public var span: SpanID
-    public var name: EventName
-    public var placement: String?
-    public var attrs: EventAttributes
+
+    /// Engine clock, seconds (virtual in simulation).
+    public var t: Double { get { event.t } set { event.t = newValue } }
+    public var trace: TraceID { get { event.trace } set { event.trace = newValue } }
+    public var span: SpanID { get { event.span } set { event.span = newValue } }
+    public var name: EventName { get { event.name } set { event.name = newValue } }
+    public var placement: String? { get { event.placement } set { event.placement = newValue } }
+    public var attrs: EventAttributes {
+        get { event.attrs }
+        _modify { yield &event.attrs }
+    }
 
     public init(seq: UInt64, ts: Double, t: Double, run: String, trace: TraceID, span: SpanID,
                 name: EventName, placement: String?, attrs: EventAttributes) {
-        self.seq = seq; self.ts = ts; self.t = t; self.run = run; self.trace = trace; self.span = span
-        self.name = name; self.placement = placement; self.attrs = attrs
+        self.seq = seq; self.ts = ts; self.run = run
+        event = EngineEvent(name: name, t: t, placement: placement, trace: trace, span: span, attrs: attrs)
     }
 
     /// Stamps an engine event.
     public init(_ event: EngineEvent, seq: UInt64, ts: Double, run: String) {
-        self.init(seq: seq, ts: ts, t: event.t, run: run, trace: event.trace, span: event.span,
-                  name: event.name, placement: event.placement, attrs: event.attrs)
+        self.seq = seq; self.ts = ts; self.run = run; self.event = event
     }
 
     /// The envelope as one line of compact JSON (no trailing newline), fields in the spec's order.
