@@ -35,8 +35,9 @@ public enum Digest {
     /// The algorithms, fetched from OpenSSL's provider once: `EVP_md5()` and `EVP_sha256()` make
     /// OpenSSL 3 look the implementation up again on every digest, which costs more than hashing a
     /// short input.
-    /// @unchecked Sendable: it holds only C pointers to EVP_MD objects, fetched once, never changed or
-    /// freed, and OpenSSL documents fetched algorithms as usable from any number of threads at once.
+    // Safe to share unchecked: it holds only C pointers to EVP_MD objects, fetched once, never
+    // changed or freed, and OpenSSL documents fetched algorithms as usable from any number of
+    // threads at once.
     private final class Algorithms: @unchecked Sendable {
         let md5: OpaquePointer?
         let sha256: OpaquePointer?

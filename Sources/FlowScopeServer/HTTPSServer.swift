@@ -167,8 +167,8 @@ enum ListeningSocket {
 }
 
 /// The running daemon and the C strings it borrows. Owned by `HTTPSServer` under its lock.
-/// @unchecked Sendable: it only holds C pointers that are written once at start and freed once in `stop()`,
-/// which the server calls exactly once (the state machine in `HTTPSServer.stop` guarantees it).
+// Safe to share unchecked: it only holds C pointers that are written once at start and freed once in
+// `stop()`, which the server calls exactly once (the state machine in `HTTPSServer.stop` guarantees it).
 final class DaemonHandle: @unchecked Sendable {
     let daemon: OpaquePointer
     private let strings: [UnsafeMutablePointer<CChar>]

@@ -131,9 +131,9 @@ public final class SSEHub: Sendable {
 }
 
 /// `struct MHD_Connection *` handed to publisher threads.
-/// @unchecked Sendable: it holds only that C pointer, which stays valid until the response's free
-/// callback runs (which marks the stream finished under its lock before the connection can go away),
-/// and MHD_resume_connection may be called from any thread.
+// Safe to share unchecked: it holds only that C pointer, which stays valid until the response's free
+// callback runs (which marks the stream finished under its lock before the connection can go away),
+// and MHD_resume_connection may be called from any thread.
 struct ConnectionRef: @unchecked Sendable {
     let raw: OpaquePointer
 }

@@ -245,16 +245,18 @@ public enum StubRoutes {
 }
 
 /// The daemon pointer and the C strings it borrows.
-/// @unchecked Sendable: C pointers written once at start, freed once in `stop()` (taken out of a Mutex).
+// Safe to share unchecked: C pointers written once at start and freed once, in `stop()`, which takes
+// them out of a Mutex first, so no other thread can still hold them.
 struct DaemonRef: @unchecked Sendable {
     let raw: OpaquePointer
     let strings: [UnsafeMutablePointer<CChar>]
 }
 
 /// One request's state, shared by the daemon thread and resume timers.
-/// @unchecked Sendable: `connection` is a C pointer that stays valid until NOTIFY_COMPLETED, which cannot
-/// happen while the connection is suspended; every resume happens under `state`'s lock, only for a
-/// connection marked suspended, and the completed callback marks the request finished under the same lock.
+// Safe to share unchecked: its mutable state is in a Mutex; `connection` is a C pointer that stays
+// valid until NOTIFY_COMPLETED, which cannot happen while the connection is suspended; every resume
+// happens under `state`'s lock, only for a connection marked suspended, and the completed callback
+// marks the request finished under the same lock.
 final class StubExchange: @unchecked Sendable {
     struct State {
         var plan: StubPlan?

@@ -64,8 +64,8 @@ struct LatencySummary: CustomStringConvertible {
 }
 
 /// A test connection made on any thread and handed between threads one at a time.
-/// @unchecked Sendable: it holds a `TestConnection` (OpenSSL's SSL pointers), and each box is used
-/// by one thread at a time: the test hands boxes over with thread joins, which order the accesses.
+// Safe to share unchecked: it holds a `TestConnection` (OpenSSL's SSL pointers), and each box is used
+// by one thread at a time: the test hands boxes over with thread joins, which order the accesses.
 final class ConnectionBox: @unchecked Sendable {
     var connection: TestConnection?
 }
@@ -108,8 +108,8 @@ func processCPUSeconds() -> Double {
 }
 
 /// A client that connects over TCP to 127.0.0.1 and stalls at some point before its first request.
-/// @unchecked Sendable: its mutable state is OpenSSL's SSL and SSL_CTX pointers (and a socket), used
-/// by one thread at a time: the test hands clients over with thread joins, which order the accesses.
+// Safe to share unchecked: its mutable state is OpenSSL's SSL and SSL_CTX pointers (and a socket),
+// used by one thread at a time: the test hands clients over with thread joins, which order the accesses.
 final class StalledClient: @unchecked Sendable {
     enum Kind: String, CustomStringConvertible {
         /// Connects and sends nothing.

@@ -18,7 +18,8 @@ public struct HTTPReply {
 
 /// One client connection over real TCP to 127.0.0.1, TLS via OpenSSL's SSL_* API (or plain).
 /// Blocking I/O with a receive timeout, so a hung server fails the test instead of hanging it.
-/// @unchecked Sendable: it wraps OpenSSL's SSL pointers; every test uses a connection from one thread at a time.
+// Safe to share unchecked: it wraps OpenSSL's SSL pointers, and every test uses a connection from one
+// thread at a time (handing it over, if at all, with a thread join that orders the accesses).
 public final class TestConnection: @unchecked Sendable {
     private let fd: Int32
     private var ctx: OpaquePointer?

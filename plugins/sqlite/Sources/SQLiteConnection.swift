@@ -21,12 +21,11 @@ public struct SQLiteSinkError: Error, Sendable, Equatable, CustomStringConvertib
 /// SQLite's "copy the bytes now" destructor marker for bound text.
 let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-/// One open SQLite database handle.
-///
-/// `@unchecked Sendable` is safe because a `Connection` is only ever reached through the `Mutex`
-/// that owns it (the sink's writer or reader state): SQLite is opened in multi-thread mode
-/// (`SQLITE_OPEN_NOMUTEX`), which allows a handle on any thread as long as no two threads use it at
-/// the same time, and the mutex guarantees exactly that. The handle is closed once, in `deinit`.
+/// One open SQLite database handle, closed once, in `deinit`.
+// Safe to share unchecked: a `Connection` is only ever reached through the `Mutex` that owns it (the
+// sink's writer or reader state); SQLite is opened in multi-thread mode (`SQLITE_OPEN_NOMUTEX`),
+// which allows a handle on any thread as long as no two threads use it at the same time, and the
+// mutex guarantees exactly that.
 final class Connection: @unchecked Sendable {
     let db: OpaquePointer
     let path: String
@@ -92,8 +91,9 @@ final class Connection: @unchecked Sendable {
     }
 }
 
-/// A prepared statement, finalized when released. Owned by the same mutex-guarded state as its
-/// `Connection`, so the same reasoning makes `@unchecked Sendable` safe.
+/// A prepared statement, finalized when released.
+// Safe to share unchecked: owned by the same mutex-guarded state as its `Connection`, so no two
+// threads use it at once (the reasoning of `Connection`).
 final class Statement: @unchecked Sendable {
     let raw: OpaquePointer
     init(_ raw: OpaquePointer) { self.raw = raw }
