@@ -11,14 +11,23 @@ func plugin(_ name: String, dir: String, extra: [Target.Dependency] = [], testEx
     ]
 }
 
+/// The built-in sinks, one product each (reuse in-process).
+let builtInSinks = ["MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink"]
+
 let package = Package(
     name: "FlowScope",
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "flowscope", targets: ["flowscope"]),
+        // App code: the engine. Links no test framework.
         .library(name: "FlowFetch", targets: ["FlowFetch"]),
+        // Sink authors and apps that run the pipeline in-process: the sink SDK.
+        .library(name: "FlowEvents", targets: ["FlowEvents"]),
+        // Test targets: the test kit (one import gives everything the README's test samples use).
         .library(name: "FlowScopeTesting", targets: ["FlowScopeTesting"]),
-    ],
+        // Custom distributions: the whole CLI with extra sink types.
+        .library(name: "FlowScopeCLI", targets: ["FlowScopeCLI"]),
+    ] + builtInSinks.map { .library(name: $0, targets: [$0]) },
     targets: [
         // System libraries (Debian packages), reached through module maps and pkg-config.
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
@@ -39,9 +48,8 @@ let package = Package(
     + plugin("ExecSink", dir: "exec")
     + plugin("ConsoleSink", dir: "console")
     + [
-        .target(name: "FlowScopeServer", dependencies: [
-            "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink", "CMicroHTTPD", "COpenSSL",
-        ]),
+        // The server knows capabilities (an event store, a metrics exposition, sink stats), no sink.
+        .target(name: "FlowScopeServer", dependencies: ["FlowEvents", "FlowJSON", "CMicroHTTPD", "COpenSSL"]),
         // Tools that need no test framework (call timelines, the stub backend): the CLI uses these.
         .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
         // The test kit users add to their test targets (Swift Testing trait, expectations, trace files).

@@ -179,27 +179,3 @@ public enum ISO8601 {
         return Double(days * 86400 + hh * 3600 + mm * 60 + ss) + frac
     }
 }
-
-/// A consumer of events: metrics, stores, files, traces. Each sink is fed from its own bounded
-/// queue on its own thread, so a slow sink never slows the engine or another sink.
-public protocol EventSink: AnyObject, Sendable {
-    /// The sink's name in metrics and logs (`metrics`, `memory`, ...).
-    var name: String { get }
-    /// Consumes a batch of events, in seq order. Called from one thread at a time.
-    func consume(_ batch: [Envelope])
-    /// Consumes everything the pipeline took from the sink's queue at once: `batches` in seq
-    /// order, each at most the pipeline's `maxBatch` envelopes. The default calls `consume(_:)`
-    /// for each batch; a sink with a fixed cost per call (an fsync, a transaction) may override it
-    /// to pay that cost once for all of them. Called from one thread at a time.
-    func consume(batches: [[Envelope]])
-    /// Makes everything consumed so far durable (files flushed, transactions committed).
-    /// Called on shutdown after the last batch, and may be called at other times.
-    func flush()
-}
-
-extension EventSink {
-    /// Calls `consume(_:)` for each batch, in order.
-    public func consume(batches: [[Envelope]]) {
-        for batch in batches { consume(batch) }
-    }
-}

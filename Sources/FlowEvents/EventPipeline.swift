@@ -14,46 +14,38 @@ import Darwin
 /// the next number, so `seq` is strictly increasing across the whole process.
 private let processSequence = Atomic<UInt64>(0)
 
-/// Counters for one sink of a pipeline, as `EventPipeline.stats()` reports them.
+/// One sink of a pipeline as `EventPipeline.stats()` reports it: the pipeline's counters and the
+/// sink's own ``SinkHealth``, read at the moment of the call (at scrape time).
 public struct SinkStats: Sendable, Hashable {
     /// The sink's name (`EventSink.name`).
     public var sink: String
+    /// The sink's type (`EventSink.type`).
+    public var type: String
     /// Envelopes waiting in the sink's queue now (not counting a batch being consumed).
     public var queueDepth: Int
     /// The queue's bound; past it the oldest envelopes are dropped.
     public var capacity: Int
-    /// Envelopes dropped from this sink's queue because it was full, since the pipeline started.
+    /// Envelopes lost: dropped from the sink's queue because it was full, plus those the sink
+    /// reports losing itself (``SinkHealth/dropped``), since the pipeline started.
     public var dropped: UInt64
     /// Envelopes handed to the sink's `consume`, since the pipeline started.
     public var consumed: UInt64
     /// Batches handed to the sink's `consume`.
     public var batches: UInt64
+    /// False while the sink is failing (``SinkHealth/up``).
+    public var up: Bool
+    /// Failed writes, exports and restarts the sink reports (``SinkHealth/errors``).
+    public var errors: UInt64
+    /// The sink's last failure, if any.
+    public var lastError: String?
 
     /// Creates a stats record.
-    public init(sink: String, queueDepth: Int, capacity: Int, dropped: UInt64, consumed: UInt64, batches: UInt64) {
-        self.sink = sink; self.queueDepth = queueDepth; self.capacity = capacity
+    public init(sink: String, type: String? = nil, queueDepth: Int, capacity: Int, dropped: UInt64, consumed: UInt64,
+                batches: UInt64, up: Bool = true, errors: UInt64 = 0, lastError: String? = nil) {
+        self.sink = sink; self.type = type ?? sink; self.queueDepth = queueDepth; self.capacity = capacity
         self.dropped = dropped; self.consumed = consumed; self.batches = batches
+        self.up = up; self.errors = errors; self.lastError = lastError
     }
-}
-
-/// A sink with something to release when the pipeline stops (a file to close, a program to end).
-/// At `shutdown()`, after its last batch and `flush()`, the pipeline calls `close()` on its drain
-/// thread. Sinks that only need `flush()` need not conform.
-public protocol ClosingSink: EventSink {
-    /// Releases the sink's resources; no `consume` follows.
-    func close()
-}
-
-/// A sink that wants to see the pipeline's queue depths (the metrics sink's
-/// `flowscope_sink_queue_depth` and `flowscope_events_dropped_total`).
-///
-/// When a pipeline is created, every sink given to it that conforms receives, once, a closure that
-/// returns the current stats of every sink of that pipeline. Call it whenever the numbers are
-/// needed (e.g. at scrape time); it is cheap (one short lock) and returns `[]` once the pipeline
-/// is gone. The closure does not retain the pipeline.
-public protocol QueueDepthObserver: AnyObject, Sendable {
-    /// Receives the pipeline's stats source. Called once, from `EventPipeline.init`.
-    func observeQueueDepth(_ stats: @escaping @Sendable () -> [SinkStats])
 }
 
 /// Fans engine events out to sinks without ever making the emitter wait.
@@ -111,11 +103,6 @@ public final class EventPipeline: EngineEventSink {
             thread.name = "flowscope.sink.\(sinks[index].name)"
             thread.start()
         }
-        for sink in sinks {
-            if let observer = sink as? any QueueDepthObserver {
-                observer.observeQueueDepth { [weak self] in self?.stats() ?? [] }
-            }
-        }
     }
 
     deinit {
@@ -163,7 +150,8 @@ public final class EventPipeline: EngineEventSink {
 
     // MARK: Stats
 
-    /// Every sink's counters, in the pipeline's sink order.
+    /// Every sink's counters and health, in the pipeline's sink order. Cheap (one short lock, then
+    /// each sink's `health`): call it at scrape time.
     public func stats() -> [SinkStats] { hub.stats() }
 
     /// Envelopes waiting in the queue of the sink named `sink` (the first with that name); nil if
@@ -196,7 +184,7 @@ public final class EventPipeline: EngineEventSink {
 
     /// Stops the pipeline without losing anything already received: reports pending drops,
     /// refuses new events, lets every sink consume its whole queue, calls `flush()` on each sink
-    /// (then `close()` on each `ClosingSink`) and joins the drain threads. Idempotent; after it
+    /// (then `close()`) and joins the drain threads. Idempotent; after it
     /// `receive` and `ingest` are no-ops. Never call it from inside a sink's `consume` (it waits
     /// for that very thread).
     public func shutdown() {
@@ -449,13 +437,16 @@ private final class Hub: Sendable {
     }
 
     func stats() -> [SinkStats] {
-        state.withLock { state in
+        let lanes = state.withLock { state in
             let total = state.total
-            return state.lanes.indices.map { i in
-                let lane = state.lanes[i]
-                return SinkStats(sink: sinks[i].name, queueDepth: lane.depth(total: total), capacity: capacity,
-                                 dropped: lane.dropped, consumed: lane.consumed, batches: lane.batches)
-            }
+            return state.lanes.map { (depth: $0.depth(total: total), dropped: $0.dropped, consumed: $0.consumed, batches: $0.batches) }
+        }
+        // The sinks' own health is read outside the hub's lock: a sink's lock never nests in it.
+        return sinks.indices.map { i in
+            let sink = sinks[i], lane = lanes[i], health = sink.health
+            return SinkStats(sink: sink.name, type: sink.type, queueDepth: lane.depth, capacity: capacity,
+                             dropped: lane.dropped &+ health.dropped, consumed: lane.consumed, batches: lane.batches,
+                             up: health.up, errors: health.errors, lastError: health.lastError)
         }
     }
 
@@ -600,7 +591,7 @@ private final class Hub: Sendable {
             switch taken! {
             case .finished:
                 sink.flush()
-                if let closing = sink as? any ClosingSink { closing.close() }
+                sink.close()
                 dones[index].signal()
                 return
             case .wait:

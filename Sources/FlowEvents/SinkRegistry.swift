@@ -2,7 +2,9 @@ import FlowJSON
 
 /// What a sink factory gets: the sink's options and where they came from.
 public struct SinkContext: Sendable {
-    /// The sink's config object minus `type` and `enabled`.
+    /// The sink's name: its config entry's `name`, else its type.
+    public var name: String
+    /// The sink's config object minus `type`, `name` and `enabled`.
     public var options: [String: JSONValue]
     /// JSON path of the sink's entry in the config, e.g. `$.sinks[2]`.
     public var path: String
@@ -12,9 +14,10 @@ public struct SinkContext: Sendable {
     public var version: String
 
     /// Creates a context.
-    public init(options: [String: JSONValue] = [:], path: String = "$", stateDirectory: String = ".flowscope",
-                version: String = "0.0.0") {
-        self.options = options; self.path = path; self.stateDirectory = stateDirectory; self.version = version
+    public init(name: String = "", options: [String: JSONValue] = [:], path: String = "$",
+                stateDirectory: String = ".flowscope", version: String = "0.0.0") {
+        self.name = name; self.options = options; self.path = path; self.stateDirectory = stateDirectory
+        self.version = version
     }
 
     // MARK: Reading options, with errors naming their JSON path (FlowJSON's cursor style)
@@ -91,90 +94,176 @@ public struct SinkContext: Sendable {
     }
 }
 
+/// How a sink type is configured and built: the one path every sink takes, built-in or not.
+///
+/// A factory carries the type name used in configs, reads its options (the one place their
+/// defaults live: `options(from:)` of an empty object gives the defaults), checks them without side
+/// effects, and builds the sink.
+///
+/// ```swift
+/// struct AuditSinkFactory: SinkFactory {
+///     struct Options: Sendable { var path: String }
+///     let type = "audit"
+///     func options(from context: SinkContext) throws(JSONInputError) -> Options {
+///         try context.checkKeys(["path"])
+///         return Options(path: try context.string("path") ?? context.stateDirectory + "/audit.log")
+///     }
+///     func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
+///         try AuditSink(name: context.name, path: options.path)
+///     }
+/// }
+/// ```
+public protocol SinkFactory: Sendable {
+    /// The sink's options, parsed and defaulted.
+    associatedtype Options: Sendable
+    /// The type name in a config's `sinks` list (`"type": "jsonl"`).
+    var type: String { get }
+    /// Reads and checks the options of a config entry; errors name the option's JSON path.
+    /// Opens nothing, starts nothing.
+    func options(from context: SinkContext) throws(JSONInputError) -> Options
+    /// Checks what parsing cannot (a directory that must exist, a command on the PATH) without side
+    /// effects. Default: nothing more.
+    func validate(_ options: Options, context: SinkContext) throws(JSONInputError)
+    /// Builds the sink (it may open files, start programs). Errors are reported at the entry's path.
+    func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink
+}
+
+extension SinkFactory {
+    /// Nothing to check beyond parsing.
+    public func validate(_ options: Options, context: SinkContext) throws(JSONInputError) {}
+}
+
+/// A sink type that could not be registered.
+public struct SinkRegistryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What is wrong, naming the type.
+    public var message: String
+    /// The message.
+    public var description: String { message }
+}
+
 /// Sink factories by type name (`metrics`, `memory`, `jsonl`, ...): the server and the CLI build
-/// the sinks of a config through it.
+/// the sinks of a config through it, and a custom distribution adds its own factories.
 ///
 /// ```swift
 /// var registry = SinkRegistry()
-/// MemorySink.register(in: &registry)
+/// try registry.register(MemorySink.Factory())
 /// let sinks = try registry.makeSinks(config["sinks"], stateDirectory: ".flowscope", version: "1.0.0")
 /// ```
 public struct SinkRegistry: Sendable {
-    /// Builds a sink from its context; throws `JSONInputError` naming the option at fault.
-    public typealias Factory = @Sendable (SinkContext) throws -> any EventSink
+    /// A factory with its options type erased.
+    private struct Entry: Sendable {
+        var validate: @Sendable (SinkContext) throws(JSONInputError) -> Void
+        var make: @Sendable (SinkContext) throws -> any EventSink
+    }
 
-    /// Checks a sink's options without building it (no files opened, no program started).
-    public typealias Validator = @Sendable (SinkContext) throws -> Void
-
-    private var factories: [String: Factory] = [:]
-    private var validators: [String: Validator] = [:]
+    private var entries: [String: Entry] = [:]
 
     /// An empty registry.
     public init() {}
 
-    /// Registers (or replaces) the factory for `type`. Give `validate` when building the sink has side
-    /// effects (files, processes), so `validateSinks` can check its options without them.
-    public mutating func register(_ type: String, validate: Validator? = nil, _ make: @escaping Factory) {
-        factories[type] = make
-        validators[type] = validate
+    /// A registry of `factories`; throws if two register the same type.
+    public init(_ factories: [any SinkFactory]) throws(SinkRegistryError) {
+        for factory in factories { try register(factory) }
     }
 
-    /// Checks every entry of a config's `sinks` list (enabled or not) without side effects: through the
-    /// type's validator, or by building it when the type has none (its building has no side effects).
-    public func validateSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String, version: String) throws {
-        guard let value else { return }
-        for entry in try JSONCursor(value, path: path).array() {
-            let object = try entry.object()
-            let type = try object.required("type").string()
-            _ = try object.optional("enabled")?.bool()
-            var options = object.members
-            options["type"] = nil
-            options["enabled"] = nil
-            let context = SinkContext(options: options, path: entry.path, stateDirectory: stateDirectory, version: version)
-            if let validate = validators[type] {
-                try validate(context)
-            } else {
-                let sink = try make(type: type, context: context)
-                (sink as? ClosingSink)?.close()
-            }
+    /// Registers `factory` under its type. A type registered already is an error, so one type
+    /// never silently replaces another.
+    public mutating func register(_ factory: some SinkFactory) throws(SinkRegistryError) {
+        let type = factory.type
+        guard !type.isEmpty else { throw SinkRegistryError(message: "a sink factory has an empty type name") }
+        guard entries[type] == nil else {
+            throw SinkRegistryError(message: "sink type \(JSONValue.string(type).jsonText) is already registered")
         }
+        entries[type] = Entry(
+            validate: { context throws(JSONInputError) in try factory.validate(try factory.options(from: context), context: context) },
+            make: { context in
+                let options = try factory.options(from: context)
+                do {
+                    return try factory.makeSink(options, context: context)
+                } catch let error as JSONInputError {
+                    throw error
+                } catch {
+                    throw JSONInputError(path: context.path, message: "cannot create the \(type) sink: \(error)")
+                }
+            })
     }
 
     /// The registered type names, sorted.
-    public var types: [String] { factories.keys.sorted() }
+    public var types: [String] { entries.keys.sorted() }
 
     /// Builds one sink of `type`. An unknown type throws at `<context.path>.type`:
     /// `unknown sink type "x" (expected one of: console, exec, jsonl, memory)`.
     public func make(type: String, context: SinkContext) throws -> any EventSink {
-        guard let factory = factories[type] else {
-            throw JSONInputError(path: context.path + ".type",
-                                 message: "unknown sink type \(JSONValue.string(type).jsonText) (expected one of: \(types.joined(separator: ", ")))")
-        }
-        return try factory(context)
+        var context = context
+        if context.name.isEmpty { context.name = type }
+        return try entry(type, path: context.path).make(context)
     }
 
-    /// Builds every enabled sink of a config's `sinks` list (`[{ "type": ..., ...options,
-    /// "enabled": true }]`), in order. `enabled` defaults to true; a disabled entry is still
-    /// checked for its `type`. `value` nil means no sinks.
+    /// Checks every entry of a config's `sinks` list (enabled or not) without side effects: types
+    /// known, names unique, options valid.
+    public func validateSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
+                              version: String) throws(JSONInputError) {
+        for item in try entries(value, path: path, stateDirectory: stateDirectory, version: version) {
+            try entry(item.type, path: item.context.path).validate(item.context)
+        }
+    }
+
+    /// Builds every enabled sink of a config's `sinks` list (`[{ "type": ..., "name": ...,
+    /// ...options, "enabled": true }]`), in order. `enabled` defaults to true, `name` to the type;
+    /// a disabled entry is still checked. `value` nil means no sinks. Sinks built before an
+    /// error are closed.
     public func makeSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
                           version: String) throws -> [any EventSink] {
-        guard let value else { return [] }
+        let items = try entries(value, path: path, stateDirectory: stateDirectory, version: version)
+        for item in items where !item.enabled { try entry(item.type, path: item.context.path).validate(item.context) }
         var sinks: [any EventSink] = []
-        for entry in try JSONCursor(value, path: path).array() {
-            let object = try entry.object()
-            let type = try object.required("type").string()
-            let enabled = try object.optional("enabled")?.bool() ?? true
-            guard factories[type] != nil else {
-                _ = try make(type: type, context: SinkContext(path: entry.path))
-                continue
+        for item in items where item.enabled {
+            do {
+                sinks.append(try entry(item.type, path: item.context.path).make(item.context))
+            } catch {
+                for sink in sinks { sink.close() }
+                throw error
             }
-            guard enabled else { continue }
+        }
+        return sinks
+    }
+
+    private func entry(_ type: String, path: String) throws(JSONInputError) -> Entry {
+        guard let entry = entries[type] else {
+            throw JSONInputError(path: path + ".type",
+                                 message: "unknown sink type \(JSONValue.string(type).jsonText) (expected one of: \(types.joined(separator: ", ")))")
+        }
+        return entry
+    }
+
+    /// The entries of a `sinks` list with their contexts; checks types and unique names.
+    private func entries(_ value: JSONValue?, path: String, stateDirectory: String,
+                         version: String) throws(JSONInputError) -> [(type: String, enabled: Bool, context: SinkContext)] {
+        guard let value else { return [] }
+        var out: [(type: String, enabled: Bool, context: SinkContext)] = []
+        var named: [String: String] = [:]
+        for item in try JSONCursor(value, path: path).array() {
+            let object = try item.object()
+            let type = try object.required("type").string()
+            _ = try entry(type, path: item.path)
+            let enabled = try object.optional("enabled")?.bool() ?? true
+            var name = type
+            if let option = object.optional("name") {
+                name = try option.string()
+                guard !name.isEmpty else { throw option.expected("a non-empty sink name") }
+            }
+            if let other = named[name] {
+                throw JSONInputError(path: JSONPath.appending(key: "name", to: item.path),
+                                     message: "sink name \(JSONValue.string(name).jsonText) is already used by \(other) (give each sink of a type a different \"name\")")
+            }
+            named[name] = item.path
             var options = object.members
             options["type"] = nil
             options["enabled"] = nil
-            let context = SinkContext(options: options, path: entry.path, stateDirectory: stateDirectory, version: version)
-            sinks.append(try make(type: type, context: context))
+            options["name"] = nil
+            out.append((type, enabled, SinkContext(name: name, options: options, path: item.path,
+                                                   stateDirectory: stateDirectory, version: version)))
         }
-        return sinks
+        return out
     }
 }

@@ -1,3 +1,4 @@
+import FlowEvents
 import FlowJSON
 #if canImport(Glibc)
 import Glibc
@@ -65,6 +66,30 @@ public var topLevelHelp: String {
 
 extension CommandLine {
     /// Runs the flowscope command line with `arguments` (without the program name); returns the exit status.
+    ///
+    /// `sinks` adds sink types to the built-in ones (``builtInSinkFactories``), so that a custom
+    /// distribution's configs can use them (`"type": "audit"`):
+    ///
+    /// ```swift
+    /// import Foundation
+    /// import FlowScopeCLI
+    ///
+    /// exit(await CommandLine.run(Array(CommandLine.arguments.dropFirst()), sinks: [AuditSinkFactory()]))
+    /// ```
+    /// A type registered twice is refused (exit status 2).
+    public static func run(_ arguments: [String], output: Output = .standard, sinks: [any SinkFactory]) async -> Int32 {
+        let registry: SinkRegistry
+        do {
+            registry = try SinkRegistry(builtInSinkFactories + sinks)
+        } catch {
+            output.err("flowscope: \(error.message)\n")
+            return ExitStatus.usage
+        }
+        return await SinkRegistry.$current.withValue(registry) { await run(arguments, output: output) }
+    }
+
+    /// Runs the flowscope command line with `arguments` (without the program name) and the
+    /// built-in sink types; returns the exit status.
     public static func run(_ arguments: [String], output: Output = .standard) async -> Int32 {
         guard let name = arguments.first else {
             output.err(topLevelHelp)

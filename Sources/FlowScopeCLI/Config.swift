@@ -133,7 +133,7 @@ struct FlowScopeConfig: Sendable {
             if let v = eo.optional("fallbackFile") { config.engine.fallbackFile = try v.nonEmptyString() }
         }
         if let s = o.optional("simulate") { config.simulate = try SimulationConfig.decode(s) }
-        try sinkRegistry.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion)
+        try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion)
         return config
     }
 
@@ -150,39 +150,20 @@ struct FlowScopeConfig: Sendable {
     }
 }
 
-extension SinkRegistry {
-    /// Validation errors from a sink factory, as one JSONInputError.
-    func validateSinks(_ value: JSONValue, stateDirectory: String, version: String) throws(JSONInputError) {
-        do {
-            try validateSinks(value, path: "$.sinks", stateDirectory: stateDirectory, version: version)
-        } catch let error as JSONInputError {
-            throw error
-        } catch {
-            throw JSONInputError(path: "$.sinks", message: "\(error)")
-        }
-    }
-}
+/// Every built-in sink type: what `flowscope` registers before a distribution's own.
+public let builtInSinkFactories: [any SinkFactory] = [
+    MetricsSink.Factory(), MemorySink.Factory(), SQLiteSink.Factory(), JSONLinesSink.Factory(), OTLPSink.Factory(),
+    ExecSink.Factory(), ConsoleSink.Factory(),
+]
 
-/// Every built-in sink type, registered by name.
-let sinkRegistry: SinkRegistry = {
-    var r = SinkRegistry()
-    MemorySink.register(in: &r)
-    JSONLinesSink.register(in: &r)
-    ConsoleSink.register(in: &r)
-    ExecSink.register(in: &r)
-    r.register("metrics") { context in
-        try MetricsSink(options: try MetricsSink.Options(json: context.options, path: context.path), version: context.version)
-    }
-    r.register("sqlite", validate: { context in _ = try SQLiteSink.Options(json: context.options, path: context.path) }) { context in
-        try SQLiteSink(options: try SQLiteSink.Options(json: context.options, path: context.path))
-    }
-    r.register("otlp", validate: { context in _ = try OTLPSink.Options(json: context.options, path: context.path) }) { context in
-        var options = try OTLPSink.Options(json: context.options, path: context.path)
-        options.serviceVersion = context.version
-        return try OTLPSink(options: options)
-    }
-    return r
-}()
+extension SinkRegistry {
+    /// The sink types of the command line running now: the built-in ones, plus a distribution's
+    /// (see `CommandLine.run(_:output:sinks:)`).
+    @TaskLocal static var current: SinkRegistry = {
+        // The built-in types have distinct names, so this cannot fail.
+        (try? SinkRegistry(builtInSinkFactories)) ?? SinkRegistry()
+    }()
+}
 
 let checkConfigCommand = Command(spec: CommandSpec(
     name: "check-config", summary: "Validates a config file (flowscope.json5) without starting anything.",

@@ -18,7 +18,7 @@ final class ServeStack: Sendable {
     let token: AuthToken
     let tls: TLSMaterial?
     let demo: DemoTraffic?
-    private let subscription: SubscriptionToken
+    private let unfollow: @Sendable () -> Void
 
     /// What to override from the command line.
     struct Overrides: Sendable {
@@ -73,7 +73,7 @@ final class ServeStack: Sendable {
 
         var sinks: [any EventSink]
         do {
-            sinks = try sinkRegistry.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
+            sinks = try SinkRegistry.current.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
         } catch {
             throw StartError(description: "\(config.file ?? "config"): \(error)")
         }
@@ -91,11 +91,14 @@ final class ServeStack: Sendable {
             sinks.insert(memory, at: 1)
         }
         pipeline = EventPipeline(run: "live", sinks: sinks)
-        hub = SSEHub(replay: DashboardAPI.replay(memory: memory))
-        subscription = DashboardAPI.connectStream(memory: memory, hub: hub)
+        metrics.collectSinkStats(from: pipeline)
+        hub = SSEHub(replay: DashboardAPI.replay(store: memory))
+        unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
 
+        let pipeline = self.pipeline
         let router = DashboardAPI.router(
-            pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: web,
+            pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
+            hub: hub, web: web,
             simulations: SimulationStore(directory: stateDir + "/simulations").runs,
             ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst))
         let limits = ServerLimits(maxConnections: config.server.maxConnections, maxConnectionsPerIP: config.server.maxConnectionsPerIP,
@@ -130,7 +133,7 @@ final class ServeStack: Sendable {
     /// Stops demo traffic and the server, then drains every sink (nothing recorded is lost).
     func stop() {
         demo?.stop()
-        memory.unsubscribe(subscription)
+        unfollow()
         hub.closeAll()
         server.stop()
         pipeline.shutdown()

@@ -1,9 +1,6 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
-import MemorySink
-import MetricsSink
-import Synchronization
 
 /// Simulation runs saved by `flowscope simulate`, shown in the dashboard next to live and test runs.
 public struct SimulationRuns: Sendable {
@@ -18,8 +15,8 @@ public struct SimulationRuns: Sendable {
     public static let none = SimulationRuns(list: { [] }, find: { _ in nil })
 }
 
-/// The routes of `flowscope serve` (interfaces.md, "HTTPS endpoints"): the dashboard, /metrics, the JSON
-/// API over the memory sink, the live event stream, and ingest into the pipeline.
+/// The routes of `flowscope serve`: the dashboard, /metrics, the JSON API over an event store, the
+/// sinks' health, the live event stream, and ingest into the pipeline.
 public enum DashboardAPI {
     /// Limits of the API.
     public struct Limits: Sendable {
@@ -30,19 +27,19 @@ public enum DashboardAPI {
         public init() {}
     }
 
-    /// The router for the dashboard stack. `hub` is fed from the memory sink's subscription
-    /// (see ``connectStream(memory:hub:)``); `web` serves the static dashboard.
-    public static func router(pipeline: EventPipeline, metrics: MetricsSink, memory: MemorySink, hub: SSEHub,
-                              web: StaticFiles?, simulations: SimulationRuns = .none, ingestLimiter: RateLimiter,
-                              limits: Limits = Limits()) -> Router {
+    /// The router for the dashboard stack. `hub` is fed from the store's subscription
+    /// (see ``connectStream(store:hub:)``); `web` serves the static dashboard; `sinks` answers
+    /// `GET /api/sinks` and makes `/healthz` say `degraded` while a sink is down.
+    public static func router(pipeline: EventPipeline, metrics: any MetricsExposing, store: any EventStore,
+                              sinks: SinkStatus, hub: SSEHub, web: StaticFiles?, simulations: SimulationRuns = .none,
+                              ingestLimiter: RateLimiter, limits: Limits = Limits()) -> Router {
         var router = Router()
-        let exposition = MetricsExposition(registry: metrics.registry)
+        router.health(downSinks: sinks.down)
         router.get("/metrics") { request in
-            for stats in pipeline.stats() { metrics.setQueueDepth(sink: stats.sink, depth: stats.queueDepth) }
-            let (contentType, format) = MetricsSink.negotiate(accept: request.header("accept"))
-            return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")],
-                            body: exposition.render(format: format))
+            let (contentType, body) = metrics.exposition(accept: request.header("accept"))
+            return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: body)
         }
+        router.get("/api/sinks") { _ in .json(sinks.json()) }
         router.get("/api/events") { request in
             var since: UInt64?
             if let s = request.query("since"), !s.isEmpty {
@@ -54,23 +51,23 @@ public enum DashboardAPI {
                 guard let v = Int(l), v >= 1 else { return .error(400, "limit: expected a whole number >= 1, got \(JSONValue.string(l).jsonText)") }
                 limit = min(v, limits.maxEventsPerPage)
             }
-            let events = memory.events(since: since, limit: limit, run: nonEmpty(request.query("run")),
-                                       placement: nonEmpty(request.query("placement")), name: nonEmpty(request.query("name")))
-            return .jsonText(MemoryJSON.events(events, latestSeq: memory.latestSeq))
+            let events = store.events(since: since, limit: limit, run: nonEmpty(request.query("run")),
+                                      placement: nonEmpty(request.query("placement")), name: nonEmpty(request.query("name")))
+            return .jsonText(eventsJSON(events, latestSeq: store.latestSeq))
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in
-            .json(MemoryJSON.placements(memory.placements(run: nonEmpty(request.query("run"))), run: nonEmpty(request.query("run"))))
+            .json(store.placementsJSON(run: nonEmpty(request.query("run"))))
         }
         router.get("/api/runs") { _ in
-            var runs = MemoryJSON.runs(memory.runs()).objectValue?["runs"]?.arrayValue ?? []
+            var runs = store.runsJSON()
             let live = Set(runs.compactMap { $0["id"]?.stringValue })
             runs += simulations.list().filter { !live.contains($0["id"]?.stringValue ?? "") }
             return .json(["runs": .array(runs)])
         }
         router.get("/api/runs/{id}") { request in
             let id = request.parameter("id") ?? ""
-            if let detail = memory.run(id) { return .json(detail.jsonValue) }
+            if let detail = store.runJSON(id: id) { return .json(detail) }
             if let simulation = simulations.find(id) { return .json(simulation) }
             return .error(404, "no run \(JSONValue.string(id).jsonText)")
         }
@@ -87,17 +84,31 @@ public enum DashboardAPI {
         return router
     }
 
-    /// Feeds the SSE hub from the memory sink: every consumed envelope is published with its seq as id.
-    /// Returns the subscription (unsubscribe it on stop).
-    public static func connectStream(memory: MemorySink, hub: SSEHub) -> SubscriptionToken {
-        memory.subscribe { batch in
+    /// Feeds the SSE hub from the store: every new envelope is published with its seq as id.
+    /// Returns the function that stops the feed (call it on stop).
+    public static func connectStream(store: any EventStore, hub: SSEHub) -> @Sendable () -> Void {
+        store.follow { batch in
             for envelope in batch { hub.publish(id: envelope.seq, data: envelope.jsonLine) }
         }
     }
 
-    /// The replay for Last-Event-ID: the events after `seq` still in the memory ring.
-    public static func replay(memory: MemorySink, limit: Int = 5000) -> SSEHub.Replay {
-        { seq in memory.events(since: seq, limit: limit, run: nil, placement: nil, name: nil).map { ($0.seq, $0.jsonLine) } }
+    /// The replay for Last-Event-ID: the events after `seq` the store still holds.
+    public static func replay(store: any EventStore, limit: Int = 5000) -> SSEHub.Replay {
+        { seq in store.events(since: seq, limit: limit, run: nil, placement: nil, name: nil).map { ($0.seq, $0.jsonLine) } }
+    }
+
+    /// `GET /api/events`: `{"events":[<envelope>...],"latestSeq":N|null}`, envelopes written once.
+    static func eventsJSON(_ envelopes: [Envelope], latestSeq: UInt64?) -> String {
+        var out = "{\"events\":["
+        out.reserveCapacity(64 + envelopes.count * 256)
+        for (i, envelope) in envelopes.enumerated() {
+            if i > 0 { out += "," }
+            envelope.appendJSON(to: &out)
+        }
+        out += "],\"latestSeq\":"
+        out += latestSeq.map { String($0) } ?? "null"
+        out += "}"
+        return out
     }
 
     private static func nonEmpty(_ s: String?) -> String? { s.flatMap { $0.isEmpty ? nil : $0 } }
@@ -143,27 +154,5 @@ public enum Ingest {
         } catch {
             return .failure(Failure(status: 400, message: error.description))
         }
-    }
-}
-
-/// Renders a registry for one scrape, fresh from the live series every time, into a new array.
-///
-/// The same bytes as `MetricsRegistry.render(format:)` (a test compares them), without its shared
-/// buffer: that buffer is locked for the whole render and then copied out, so concurrent scrapes on
-/// the server's worker threads waited for each other and paid one more copy of the body.
-final class MetricsExposition: Sendable {
-    let registry: MetricsRegistry
-    /// The size of the last render, to reserve the next one's array at once.
-    private let lastSize = Atomic<Int>(4096)
-
-    init(registry: MetricsRegistry) { self.registry = registry }
-
-    func render(format: MetricsSink.Format) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(lastSize.load(ordering: .relaxed) + 1024)
-        for family in registry.families { family.write(to: &out, format: format) }
-        if format == .openMetrics { out.append(contentsOf: "# EOF\n".utf8) }
-        lastSize.store(out.count, ordering: .relaxed)
-        return out
     }
 }

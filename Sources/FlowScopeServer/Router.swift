@@ -58,6 +58,21 @@ public struct Router: Sendable {
     /// The body of `GET /healthz`: the fixed text `Response.json(["status": "ok"])` would serialise.
     static let healthBody: [UInt8] = Array("{\"status\":\"ok\"}\n".utf8)
 
+    /// Makes `GET /healthz` ask `downSinks` each time: while it names sinks, the answer is
+    /// `{"status":"degraded","down":["otlp"]}` (still 200: the server itself serves), else
+    /// `{"status":"ok"}`. Only names are told, never errors, since the route needs no token.
+    public mutating func health(downSinks: @escaping @Sendable () -> [String]) {
+        routes.removeAll { $0.isPublic }
+        routes.append(Route(method: "GET", segments: Self.parse(pattern: "/healthz"), requiresToken: false,
+                            isPublic: true, rateLimit: nil, handler: { _ in
+                                let down = downSinks()
+                                guard !down.isEmpty else {
+                                    return Response(status: 200, headers: [("Content-Type", "application/json")], body: Self.healthBody)
+                                }
+                                return .json(["status": "degraded", "down": .array(down.map { .string($0) })])
+                            }))
+    }
+
     /// Adds a `GET` (and `HEAD`) route.
     public mutating func get(_ pattern: String, requiresToken: Bool = false, rateLimit: RateLimiter? = nil,
                              _ handler: @escaping Handler) {

@@ -89,19 +89,8 @@ public final class ConsoleSink: EventSink {
         }
     }
 
-    /// Builds the sink from its config entry. Options: `color` (`auto`, `always`, `never`;
-    /// default `auto`), `stream` (`stdout` or `stderr`; default `stdout`), `name`.
-    public static func make(_ context: SinkContext) throws -> ConsoleSink {
-        try context.checkKeys(["color", "stream", "name"])
-        let color = try context.choice("color", ColorMode.allCases.map(\.rawValue)).flatMap(ColorMode.init(rawValue:)) ?? .auto
-        let stream = try context.choice("stream", Stream.allCases.map(\.rawValue)).flatMap(Stream.init(rawValue:)) ?? .stdout
-        return ConsoleSink(name: try context.string("name") ?? "console", color: color, stream: stream)
-    }
-
-    /// Registers the `console` type.
-    public static func register(in registry: inout SinkRegistry) {
-        registry.register(type) { context in try make(context) }
-    }
+    /// `console`.
+    public var type: String { Self.type }
 
     /// Writes the batch's lines in one call.
     public func consume(_ batch: [Envelope]) {
@@ -170,5 +159,37 @@ public final class ConsoleSink: EventSink {
         let a = abs(millis)
         let frac = String(a % 1000)
         return sign + String(a / 1000) + "." + String(repeating: "0", count: 3 - frac.count) + frac
+    }
+}
+
+extension ConsoleSink {
+    /// The `console` sink type. Options: `color` (`auto`, `always`, `never`; default `auto`),
+    /// `stream` (`stdout` or `stderr`; default `stdout`).
+    public struct Factory: SinkFactory {
+        /// The options of a `console` entry.
+        public struct Options: Sendable, Equatable {
+            public var color = ColorMode.auto
+            public var stream = Stream.stdout
+        }
+
+        /// `console`.
+        public let type = ConsoleSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads `color` and `stream`.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try context.checkKeys(["color", "stream"])
+            var o = Options()
+            o.color = try context.choice("color", ColorMode.allCases.map(\.rawValue)).flatMap(ColorMode.init(rawValue:)) ?? o.color
+            o.stream = try context.choice("stream", Stream.allCases.map(\.rawValue)).flatMap(Stream.init(rawValue:)) ?? o.stream
+            return o
+        }
+
+        /// A console sink on the chosen stream.
+        public func makeSink(_ options: Options, context: SinkContext) -> any EventSink {
+            ConsoleSink(name: context.name, color: options.color, stream: options.stream)
+        }
     }
 }

@@ -23,7 +23,7 @@ import Darwin
 /// writes. A line that does not fit in the buffer is lost and counted (`lost`); so is a line
 /// half-written when the program died, and what is still buffered at `close()`. SIGPIPE is
 /// ignored process-wide so that a program that goes away cannot kill FlowScope.
-public final class ExecSink: ClosingSink {
+public final class ExecSink: EventSink {
     /// The type name in the config's `sinks` list.
     public static let type = "exec"
 
@@ -66,33 +66,6 @@ public final class ExecSink: ClosingSink {
         thread.start()
     }
 
-    /// Builds the sink from its config entry. Options: `command` (argv array, required),
-    /// `bufferBytes` (default 1048576), `backoffInitial` (s, default 0.1), `backoffMax` (s,
-    /// default 10), `flushTimeout` (s, default 2), `name` (default `exec`).
-    public static func make(_ context: SinkContext) throws -> ExecSink {
-        let s = try settings(context)
-        return ExecSink(name: s.name, command: s.command, version: context.version, bufferBytes: s.bufferBytes,
-                        backoffInitial: s.backoffInitial, backoffMax: s.backoffMax, flushTimeout: s.flushTimeout)
-    }
-
-    /// The options of a config entry, checked, without starting anything.
-    static func settings(_ context: SinkContext) throws(JSONInputError)
-        -> (name: String, command: [String], bufferBytes: Int, backoffInitial: Double, backoffMax: Double, flushTimeout: Double) {
-        try context.checkKeys(["command", "bufferBytes", "backoffInitial", "backoffMax", "flushTimeout", "name"])
-        guard let command = try context.strings("command", nonEmpty: true) else {
-            throw context.missing("command", "an argv array such as [\"python3\", \"summary.py\"]")
-        }
-        if command[0].isEmpty { throw JSONInputError(path: context.path(of: "command") + "[0]", message: "expected a program, got \"\"") }
-        return (try context.string("name") ?? "exec", command, try context.int("bufferBytes", in: 1...Int.max) ?? 1 << 20,
-                try context.number("backoffInitial", in: 0.001...3600) ?? 0.1, try context.number("backoffMax", in: 0.001...86400) ?? 10,
-                try context.number("flushTimeout", in: 0...3600) ?? 2)
-    }
-
-    /// Registers the `exec` type.
-    public static func register(in registry: inout SinkRegistry) {
-        registry.register(type, validate: { context in _ = try settings(context) }) { context in try make(context) }
-    }
-
     // MARK: Counters
 
     /// Envelopes that never reached a program (buffer full, program died mid-line, left at close).
@@ -109,6 +82,18 @@ public final class ExecSink: ClosingSink {
     public var pid: Int32? { state.withLock { $0.process.map { $0.processIdentifier } } }
     /// Bytes waiting in the buffer.
     public var bufferedBytes: Int { state.withLock { $0.bytes } }
+
+    /// `exec`.
+    public var type: String { Self.type }
+
+    /// Up while a program runs (or before the first has been started); errors count failed
+    /// starts and restarts after an exit; dropped counts lost envelopes.
+    public var health: SinkHealth {
+        state.withLock { s in
+            SinkHealth(up: s.process != nil || (s.starts == 0 && s.startFailures == 0),
+                       errors: UInt64(s.startFailures + max(0, s.starts - 1)), lastError: s.lastError, dropped: s.lost)
+        }
+    }
 
     // MARK: EventSink
 
@@ -405,3 +390,46 @@ private let pipeCreation = Mutex(())
 
 private func systemWrite(_ fd: Int32, _ bytes: UnsafeRawPointer, _ count: Int) -> Int { write(fd, bytes, count) }
 private func systemClose(_ fd: Int32) { _ = close(fd) }
+
+extension ExecSink {
+    /// The `exec` sink type. Options: `command` (argv array, required), `bufferBytes` (default
+    /// 1048576), `backoffInitial` (s, default 0.1), `backoffMax` (s, default 10), `flushTimeout`
+    /// (s, default 2).
+    public struct Factory: SinkFactory {
+        /// The options of an `exec` entry.
+        public struct Options: Sendable, Equatable {
+            public var command: [String]
+            public var bufferBytes = 1 << 20
+            public var backoffInitial = 0.1
+            public var backoffMax = 10.0
+            public var flushTimeout = 2.0
+        }
+
+        /// `exec`.
+        public let type = ExecSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads the options; starts nothing.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try context.checkKeys(["command", "bufferBytes", "backoffInitial", "backoffMax", "flushTimeout"])
+            guard let command = try context.strings("command", nonEmpty: true) else {
+                throw context.missing("command", "an argv array such as [\"python3\", \"summary.py\"]")
+            }
+            if command[0].isEmpty { throw JSONInputError(path: context.path(of: "command") + "[0]", message: "expected a program, got \"\"") }
+            var o = Options(command: command)
+            o.bufferBytes = try context.int("bufferBytes", in: 1...Int.max) ?? o.bufferBytes
+            o.backoffInitial = try context.number("backoffInitial", in: 0.001...3600) ?? o.backoffInitial
+            o.backoffMax = try context.number("backoffMax", in: 0.001...86400) ?? o.backoffMax
+            o.flushTimeout = try context.number("flushTimeout", in: 0...3600) ?? o.flushTimeout
+            return o
+        }
+
+        /// Starts the sink's feeder thread, which starts the program.
+        public func makeSink(_ o: Options, context: SinkContext) -> any EventSink {
+            ExecSink(name: context.name, command: o.command, version: context.version, bufferBytes: o.bufferBytes,
+                     backoffInitial: o.backoffInitial, backoffMax: o.backoffMax, flushTimeout: o.flushTimeout)
+        }
+    }
+}

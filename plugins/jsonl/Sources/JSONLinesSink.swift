@@ -32,7 +32,7 @@ import Darwin
 /// ```swift
 /// let sink = try JSONLinesSink(path: ".flowscope/events.jsonl", fsync: .interval, fsyncInterval: 0.5)
 /// ```
-public final class JSONLinesSink: ClosingSink {
+public final class JSONLinesSink: EventSink {
     /// The type name in the config's `sinks` list.
     public static let type = "jsonl"
 
@@ -66,7 +66,7 @@ public final class JSONLinesSink: ClosingSink {
     /// With `fsync: batch`, the buffer is written (not yet fsynced) whenever it reaches this size.
     private static let batchWriteLimit = 1024 * 1024
     /// The longest `fsyncInterval` accepted (a day), so the timer's deadline stays representable.
-    private static let longestFsyncInterval = 86_400.0
+    static let longestFsyncInterval = 86_400.0
     private let file: Mutex<FileState>
     private let backgroundSyncs = Atomic<Int>(0)
 
@@ -94,46 +94,17 @@ public final class JSONLinesSink: ClosingSink {
         self.file = Mutex(state)
     }
 
-    /// Builds the sink from its config entry. Options: `path` (default
-    /// `<stateDirectory>/events.jsonl`), `rotateBytes` (default 67108864), `keep` (default 3),
-    /// `fsync` (`never`, `interval`, `batch` or `always`; default `interval`), `fsyncInterval`
-    /// (seconds, > 0; default 1), `name` (default `jsonl`).
-    public static func make(_ context: SinkContext) throws -> JSONLinesSink {
-        let s = try settings(context)
-        do {
-            return try JSONLinesSink(name: s.name, path: s.path, rotateBytes: s.rotateBytes, keep: s.keep, fsync: s.fsync,
-                                     fsyncInterval: s.fsyncInterval)
-        } catch let error as JSONLinesError {
-            throw JSONInputError(path: context.path(of: "path"), message: error.message)
-        }
-    }
-
-    /// The options of a config entry, checked, without opening anything.
-    static func settings(_ context: SinkContext) throws(JSONInputError)
-        -> (name: String, path: String, rotateBytes: Int, keep: Int, fsync: FsyncPolicy, fsyncInterval: Double) {
-        try context.checkKeys(["path", "rotateBytes", "keep", "fsync", "fsyncInterval", "name"])
-        let path = try context.string("path") ?? (context.stateDirectory as NSString).appendingPathComponent("events.jsonl")
-        let policy = try context.choice("fsync", FsyncPolicy.allCases.map(\.rawValue)).flatMap(FsyncPolicy.init(rawValue:)) ?? .interval
-        var interval = 1.0
-        if let option = context.cursor.optional("fsyncInterval") {
-            guard let seconds = option.value.numberValue, seconds > 0, seconds <= longestFsyncInterval else {
-                throw option.expected("a number of seconds > 0 and <= \(Int(longestFsyncInterval))")
-            }
-            interval = seconds
-        }
-        return (try context.string("name") ?? "jsonl", path, try context.int("rotateBytes", in: 1...Int.max) ?? 64 * 1024 * 1024,
-                try context.int("keep", in: 0...1000) ?? 3, policy, interval)
-    }
-
-    /// Registers the `jsonl` type.
-    public static func register(in registry: inout SinkRegistry) {
-        registry.register(type, validate: { context in _ = try settings(context) }) { context in try make(context) }
-    }
-
     /// Write failures so far (disk full, file removed, ...); the sink keeps going.
     public var writeErrors: Int { file.withLock { $0.writeErrors } }
     /// The last write failure, if any.
     public var lastError: String? { file.withLock { $0.lastError } }
+    /// `jsonl`.
+    public var type: String { Self.type }
+    /// Down from a failed write, open, fsync or rotation until the next write that works; dropped
+    /// counts the lines that never reached the file.
+    public var health: SinkHealth {
+        file.withLock { SinkHealth(up: !$0.failing, errors: UInt64($0.writeErrors), lastError: $0.lastError, dropped: $0.lost) }
+    }
     /// Rotations done so far.
     public var rotations: Int { file.withLock { $0.rotations } }
     /// Background fdatasyncs done so far by the `interval` policy's timer (one per tick that found
@@ -285,6 +256,10 @@ private struct FileState: ~Copyable {
     var writer = EnvelopeLineWriter()
     var writeErrors = 0
     var lastError: String?
+    /// The last write, open, sync or rotation failed (cleared by the next write that works).
+    var failing = false
+    /// Lines that never reached the file (a write or open that failed).
+    var lost: UInt64 = 0
     var rotations = 0
     /// Lines were written to `fd` since its last sync.
     var unsynced = false
@@ -344,6 +319,7 @@ private struct FileState: ~Copyable {
         if fd < 0 {
             do { try open(path) } catch {
                 fail(error.message)
+                lost += lines(from: 0)
                 count = 0
                 return
             }
@@ -360,7 +336,14 @@ private struct FileState: ~Copyable {
                 }
                 offset += n
             }
-            if ok { size += count } else { fail("write failed: \(String(cString: strerror(errno)))") }
+            if ok {
+                size += count
+                failing = false
+            } else {
+                fail("write failed: \(String(cString: strerror(errno)))")
+                // A line cut short counts as lost too: its newline was not written.
+                lost += lines(from: offset)
+            }
             if offset > 0 { unsynced = true }
             count = 0
         }
@@ -406,7 +389,9 @@ private struct FileState: ~Copyable {
             if keep > 1 {
                 for i in stride(from: keep - 1, through: 1, by: -1) { rename("\(path).\(i)", "\(path).\(i + 1)") }
             }
-            rename(path, "\(path).1")
+            if rename(path, "\(path).1") != 0 && errno != ENOENT {
+                fail("cannot rotate \(path): \(String(cString: strerror(errno)))")
+            }
         }
         rotations += 1
         do { try open(path) } catch { fail(error.message) }
@@ -420,6 +405,14 @@ private struct FileState: ~Copyable {
     mutating func fail(_ message: String) {
         writeErrors += 1
         lastError = message
+        failing = true
+    }
+
+    /// Lines (newlines) in the buffer from `offset` on.
+    func lines(from offset: Int) -> UInt64 {
+        var n: UInt64 = 0
+        for i in offset..<count where bytes[i] == 10 { n += 1 }
+        return n
     }
 
     deinit {
@@ -459,3 +452,52 @@ private func nameThisThread(_ name: String) {
 }
 private func duplicateFile(_ fd: Int32) -> Int32 { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
 private func closeFile(_ fd: Int32) { _ = close(fd) }
+
+extension JSONLinesSink {
+    /// The `jsonl` sink type. Options: `path` (default `<stateDirectory>/events.jsonl`; relative to
+    /// the working directory), `rotateBytes` (default 67108864), `keep` (default 3), `fsync`
+    /// (`never`, `interval`, `batch` or `always`; default `interval`), `fsyncInterval` (seconds,
+    /// > 0; default 1).
+    public struct Factory: SinkFactory {
+        /// The options of a `jsonl` entry.
+        public struct Options: Sendable, Equatable {
+            public var path: String
+            public var rotateBytes = 64 * 1024 * 1024
+            public var keep = 3
+            public var fsync = FsyncPolicy.interval
+            public var fsyncInterval = 1.0
+        }
+
+        /// `jsonl`.
+        public let type = JSONLinesSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads the options; opens nothing.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try context.checkKeys(["path", "rotateBytes", "keep", "fsync", "fsyncInterval"])
+            var o = Options(path: try context.string("path") ?? (context.stateDirectory as NSString).appendingPathComponent("events.jsonl"))
+            o.fsync = try context.choice("fsync", FsyncPolicy.allCases.map(\.rawValue)).flatMap(FsyncPolicy.init(rawValue:)) ?? o.fsync
+            if let option = context.cursor.optional("fsyncInterval") {
+                guard let seconds = option.value.numberValue, seconds > 0, seconds <= longestFsyncInterval else {
+                    throw option.expected("a number of seconds > 0 and <= \(Int(longestFsyncInterval))")
+                }
+                o.fsyncInterval = seconds
+            }
+            o.rotateBytes = try context.int("rotateBytes", in: 1...Int.max) ?? o.rotateBytes
+            o.keep = try context.int("keep", in: 0...1000) ?? o.keep
+            return o
+        }
+
+        /// Opens (or creates) the file.
+        public func makeSink(_ o: Options, context: SinkContext) throws -> any EventSink {
+            do {
+                return try JSONLinesSink(name: context.name, path: o.path, rotateBytes: o.rotateBytes, keep: o.keep, fsync: o.fsync,
+                                         fsyncInterval: o.fsyncInterval)
+            } catch let error as JSONLinesError {
+                throw JSONInputError(path: context.path(of: "path"), message: error.message)
+            }
+        }
+    }
+}

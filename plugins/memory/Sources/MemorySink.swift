@@ -12,7 +12,7 @@ import Synchronization
 /// first), `maxPlacements` placements per run (more fold into `_other`), 16 fetch sources per
 /// placement (more fold into `_other`) and the last `durationSamples` fetch.end durations per
 /// placement for p50/p95. Every method is thread-safe.
-public final class MemorySink: EventSink {
+public final class MemorySink: EventSink, EventStore {
     /// The type name in the config's `sinks` list.
     public static let type = "memory"
 
@@ -41,23 +41,8 @@ public final class MemorySink: EventSink {
         self.state = Mutex(MemoryState())
     }
 
-    /// Builds a memory sink from its config entry. Options: `capacity` (events kept, default
-    /// 10000), `durationSamples` (default 1024), `maxRuns` (default 256), `maxPlacements`
-    /// (default 200), `name` (default `memory`).
-    public static func make(_ context: SinkContext) throws(JSONInputError) -> MemorySink {
-        try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements", "name"])
-        return MemorySink(
-            name: try context.string("name") ?? "memory",
-            capacity: try context.int("capacity", in: 1...10_000_000) ?? 10_000,
-            durationSamples: try context.int("durationSamples", in: 1...1_000_000) ?? 1024,
-            maxRuns: try context.int("maxRuns", in: 1...100_000) ?? 256,
-            maxPlacements: try context.int("maxPlacements", in: 1...100_000) ?? 200)
-    }
-
-    /// Registers the `memory` type.
-    public static func register(in registry: inout SinkRegistry) {
-        registry.register(type) { context in try make(context) }
-    }
+    /// `memory`.
+    public var type: String { Self.type }
 
     // MARK: EventSink
 
@@ -69,9 +54,6 @@ public final class MemorySink: EventSink {
         let handlers = subscribers.withLock { Array($0.handlers.values) }
         for handler in handlers { handler(batch) }
     }
-
-    /// Nothing to make durable.
-    public func flush() {}
 
     // MARK: Queries
 
@@ -164,6 +146,20 @@ public final class MemorySink: EventSink {
 
     /// Live subscriptions.
     public var subscriberCount: Int { subscribers.withLock { $0.handlers.count } }
+
+    // MARK: EventStore (what the dashboard API reads)
+
+    /// `{"run": ..., "placements": [...]}`.
+    public func placementsJSON(run: String?) -> JSONValue { MemoryJSON.placements(placements(run: run), run: run) }
+    /// Each run's summary object.
+    public func runsJSON() -> [JSONValue] { runs().map(\.jsonValue) }
+    /// One run's detail object.
+    public func runJSON(id: String) -> JSONValue? { run(id)?.jsonValue }
+    /// Subscribes `handler`; the returned function unsubscribes it.
+    public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void {
+        let token = subscribe(handler)
+        return { [weak self] in self?.unsubscribe(token) }
+    }
 }
 
 /// Identifies a subscription of `MemorySink.subscribe`.
@@ -494,5 +490,42 @@ private struct PlacementAggregate {
         return PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors,
                                 targetingLost: targetingLost, timeouts: timeouts, p50: rank(0.5), p95: rank(0.95),
                                 samples: sorted.count, lastPreloadError: lastPreloadError)
+    }
+}
+
+extension MemorySink {
+    /// The `memory` sink type. Options: `capacity` (events kept, default 10000), `durationSamples`
+    /// (default 1024), `maxRuns` (default 256), `maxPlacements` (default 200).
+    public struct Factory: SinkFactory {
+        /// The options of a `memory` entry.
+        public struct Options: Sendable, Equatable {
+            public var capacity = 10_000
+            public var durationSamples = 1024
+            public var maxRuns = 256
+            public var maxPlacements = 200
+        }
+
+        /// `memory`.
+        public let type = MemorySink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads `capacity`, `durationSamples`, `maxRuns` and `maxPlacements`.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements"])
+            var o = Options()
+            o.capacity = try context.int("capacity", in: 1...10_000_000) ?? o.capacity
+            o.durationSamples = try context.int("durationSamples", in: 1...1_000_000) ?? o.durationSamples
+            o.maxRuns = try context.int("maxRuns", in: 1...100_000) ?? o.maxRuns
+            o.maxPlacements = try context.int("maxPlacements", in: 1...100_000) ?? o.maxPlacements
+            return o
+        }
+
+        /// A memory sink named after its entry.
+        public func makeSink(_ options: Options, context: SinkContext) -> any EventSink {
+            MemorySink(name: context.name, capacity: options.capacity, durationSamples: options.durationSamples,
+                       maxRuns: options.maxRuns, maxPlacements: options.maxPlacements)
+        }
     }
 }

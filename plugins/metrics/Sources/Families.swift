@@ -32,6 +32,15 @@ public final class Counter: Sendable {
     @inlinable public func inc() { storage.wrappingAdd(1, ordering: .relaxed) }
     /// Adds `amount`.
     @inlinable public func add(_ amount: UInt64) { storage.wrappingAdd(amount, ordering: .relaxed) }
+    /// Sets the counter to a cumulative count kept elsewhere (read at scrape time), never lower.
+    func mirror(_ total: UInt64) {
+        var old = storage.load(ordering: .relaxed)
+        while old < total {
+            let (done, seen) = storage.compareExchange(expected: old, desired: total, ordering: .relaxed)
+            if done { return }
+            old = seen
+        }
+    }
     /// The current count.
     public var value: UInt64 { storage.load(ordering: .relaxed) }
 }

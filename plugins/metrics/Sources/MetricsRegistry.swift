@@ -31,8 +31,12 @@ public final class MetricsRegistry: Sendable {
     }
 
     let entries = Mutex<[Entry]>([])
-    /// The render buffer, reused from one scrape to the next.
+    /// The render buffer of `withRendered`, reused from one call to the next.
     let buffer = Mutex<[UInt8]>([])
+    /// Work run before every render (values read at scrape time).
+    let collectors = Mutex<[@Sendable () -> Void]>([])
+    /// The size of the last render, to reserve the next one's array at once.
+    let lastSize = Atomic<Int>(4096)
 
     /// An empty registry.
     public init() {}
@@ -84,9 +88,27 @@ public final class MetricsRegistry: Sendable {
     /// The registered families, sorted by name.
     public var families: [any MetricFamily] { entries.withLock { $0.map(\.family) } }
 
-    /// Every family and series in `format`, as bytes.
+    /// Registers `collect` to run before every render: it updates series from values kept
+    /// elsewhere (another component's counters), so they are read at scrape time, never pushed.
+    public func collectBeforeRender(_ collect: @escaping @Sendable () -> Void) {
+        collectors.withLock { $0.append(collect) }
+    }
+
+    /// Every family and series in `format`, as bytes: a fresh array per call, so concurrent
+    /// scrapes never wait for each other.
     public func render(format: Exposition.Format = .prometheusText) -> [UInt8] {
-        withRendered(format: format) { Array($0) }
+        var out: [UInt8] = []
+        out.reserveCapacity(lastSize.load(ordering: .relaxed) + 1024)
+        write(to: &out, format: format)
+        lastSize.store(out.count, ordering: .relaxed)
+        return out
+    }
+
+    /// Runs the collectors, then appends every family in name order (and `# EOF` in OpenMetrics).
+    private func write(to out: inout [UInt8], format: Exposition.Format) {
+        for collect in collectors.withLock({ $0 }) { collect() }
+        for family in families { family.write(to: &out, format: format) }
+        if format == .openMetrics { out.append(contentsOf: "# EOF\n".utf8) }
     }
 
     /// Every family and series in `format`, as a string.
@@ -97,12 +119,10 @@ public final class MetricsRegistry: Sendable {
     /// Renders into the registry's reused buffer and calls `body` with the bytes, without copying.
     /// The bytes are valid only inside `body`; do not render this registry again from inside it.
     public func withRendered<R: Sendable>(format: Exposition.Format, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        let families = self.families
-        return buffer.withLock { out in
+        buffer.withLock { out in
             out.removeAll(keepingCapacity: true)
             if out.capacity < 4096 { out.reserveCapacity(4096) }
-            for family in families { family.write(to: &out, format: format) }
-            if format == .openMetrics { out.append(contentsOf: "# EOF\n".utf8) }
+            write(to: &out, format: format)
             return out.withUnsafeBufferPointer(body)
         }
     }

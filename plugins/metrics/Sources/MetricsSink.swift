@@ -10,7 +10,7 @@ import Synchronization
 ///     pipeline.add(sink)                        // consume(_:) updates the counters
 ///     let (contentType, format) = MetricsSink.negotiate(accept: request.accept)
 ///     let body = sink.render(format: format)
-public final class MetricsSink: EventSink {
+public final class MetricsSink: EventSink, MetricsExposing {
     /// The wire format of a render.
     public typealias Format = Exposition.Format
 
@@ -78,8 +78,12 @@ public final class MetricsSink: EventSink {
     /// code, to, reason, sink): these come from event attributes, which ingest makes untrusted.
     public static let attributeValueLimit = 64
 
+    /// The type name in the config's `sinks` list.
+    public static let type = "metrics"
+    /// The sink's name (`metrics` unless its config entry names it).
+    public let name: String
     /// `metrics`.
-    public let name = "metrics"
+    public var type: String { Self.type }
     /// The registry holding exactly the spec's families.
     public let registry: MetricsRegistry
     /// The options in force.
@@ -95,8 +99,11 @@ public final class MetricsSink: EventSink {
     let requests: CounterFamily
     let requestDuration: HistogramFamily
     let assetsBytes: Counter
-    let eventsDropped: CounterFamily
-    let queueDepth: GaugeFamily
+    let sinkDropped: CounterFamily
+    let sinkQueueDepth: GaugeFamily
+    let sinkConsumed: CounterFamily
+    let sinkErrors: CounterFamily
+    let sinkUp: GaugeFamily
     /// `flowscope_events_total{name}`, one pre-created series per event name.
     let eventCounters: [EventName: Counter]
     /// Series already looked up, by family and raw label values (see `SeriesHandles`).
@@ -104,7 +111,8 @@ public final class MetricsSink: EventSink {
 
     /// A sink with the spec's families registered in a fresh registry and `flowscope_build_info{version}` set to 1.
     /// Throws when `options` are out of range (a placement limit below 1, buckets not increasing).
-    public init(options: Options = Options(), version: String) throws(MetricsError) {
+    public init(name: String = "metrics", options: Options = Options(), version: String) throws(MetricsError) {
+        self.name = name
         guard options.placementLimit >= 1 else {
             throw MetricsError("metrics sink: placementLimit must be >= 1, got \(options.placementLimit)")
         }
@@ -137,10 +145,17 @@ public final class MetricsSink: EventSink {
         let events = try r.counter("flowscope_events_total", help: "Events seen by the metrics sink, by name.", labels: ["name"])
         eventCounters = Dictionary(uniqueKeysWithValues: EventName.allCases.map { ($0, events.labels($0.rawValue)) })
         handles = Mutex(SeriesHandles(events: EventName.allCases.map { ($0, events.labels($0.rawValue)) }))
-        eventsDropped = try r.counter("flowscope_events_dropped_total", help: "Events a sink lost because its queue was full.",
-                                      labels: ["sink"], valueLimits: ["sink": a])
-        queueDepth = try r.gauge("flowscope_sink_queue_depth", help: "Events waiting in a sink's queue.",
-                                 labels: ["sink"], valueLimits: ["sink": a])
+        sinkDropped = try r.counter("flowscope_events_dropped_total",
+                                    help: "Events a sink lost: dropped from its full queue, or lost by the sink itself.",
+                                    labels: ["sink"], valueLimits: ["sink": a])
+        sinkQueueDepth = try r.gauge("flowscope_sink_queue_depth", help: "Events waiting in a sink's queue.",
+                                     labels: ["sink"], valueLimits: ["sink": a])
+        sinkConsumed = try r.counter("flowscope_sink_consumed_total", help: "Events handed to a sink.",
+                                     labels: ["sink"], valueLimits: ["sink": a])
+        sinkErrors = try r.counter("flowscope_sink_errors_total", help: "A sink's failed writes, exports and program restarts.",
+                                   labels: ["sink"], valueLimits: ["sink": a])
+        sinkUp = try r.gauge("flowscope_sink_up", help: "1 while a sink works, 0 while its last write or export failed.",
+                             labels: ["sink"], valueLimits: ["sink": a])
         let buildInfo = try r.gauge("flowscope_build_info", help: "FlowScope build; the value is always 1.", labels: ["version"])
         buildInfo.labels(version).set(1)
     }
@@ -173,12 +188,36 @@ public final class MetricsSink: EventSink {
         }
     }
 
-    /// Nothing to make durable: metrics live in memory.
-    public func flush() {}
 
-    /// Sets `flowscope_sink_queue_depth{sink}` (called by the pipeline).
-    public func setQueueDepth(sink: String, depth: Int) {
-        queueDepth.labels(sink).set(Double(depth))
+    /// Reads every sink's stats at each render (scrape time) into `flowscope_sink_*` and
+    /// `flowscope_events_dropped_total`, one series per sink, the metrics sink included.
+    ///
+    /// ```swift
+    /// let pipeline = EventPipeline(sinks: [metrics, jsonl])
+    /// metrics.collectSinkStats(from: pipeline)
+    /// ```
+    public func collectSinkStats(_ stats: @escaping @Sendable () -> [SinkStats]) {
+        registry.collectBeforeRender { [sinkDropped, sinkQueueDepth, sinkConsumed, sinkErrors, sinkUp] in
+            for s in stats() {
+                sinkDropped.labels(s.sink).mirror(s.dropped)
+                sinkConsumed.labels(s.sink).mirror(s.consumed)
+                sinkErrors.labels(s.sink).mirror(s.errors)
+                sinkQueueDepth.labels(s.sink).set(Double(s.queueDepth))
+                sinkUp.labels(s.sink).set(s.up ? 1 : 0)
+            }
+        }
+    }
+
+    /// Reads `pipeline`'s sink stats at each render (see ``collectSinkStats(_:)``); the pipeline
+    /// is not retained.
+    public func collectSinkStats(from pipeline: EventPipeline) {
+        collectSinkStats { [weak pipeline] in pipeline?.stats() ?? [] }
+    }
+
+    /// The exposition for a scrape's `Accept` header (see ``negotiate(accept:)``).
+    public func exposition(accept: String?) -> (contentType: String, body: [UInt8]) {
+        let (contentType, format) = Self.negotiate(accept: accept)
+        return (contentType, render(format: format))
     }
 
     /// Every metric in `format`, as bytes.
@@ -224,10 +263,6 @@ public final class MetricsSink: EventSink {
             }
         case .assetsPrefetchEnd:
             if let bytes = e.attrs["bytes"]?.intValue, bytes > 0 { assetsBytes.add(UInt64(bytes)) }
-        case .sinkDropped:
-            if let count = e.attrs["count"]?.intValue, count > 0 {
-                h.counter(SeriesKey(.eventsDropped, Self.label(e.attrs["sink"])), eventsDropped).add(UInt64(count))
-            }
         default:
             break
         }
@@ -255,7 +290,7 @@ public final class MetricsSink: EventSink {
 /// Which family a cached series belongs to.
 enum SeriesFamily: UInt8 {
     case fetches, fetchDuration, cacheLookups, timeouts, fallbacks, targetingLost, preloadErrors, requests,
-         requestDuration, eventsDropped
+         requestDuration
 }
 
 /// A series as the sink looks it up: its family and its label values, in the family's order, as
@@ -387,5 +422,35 @@ struct HandleCache<Series: AnyObject> {
         lastKey = key
         lastSeries = series
         return series
+    }
+}
+
+extension MetricsSink {
+    /// The `metrics` sink type; its options are ``Options`` (`placementLimit`, `buckets`).
+    public struct Factory: SinkFactory {
+        /// `metrics`.
+        public let type = MetricsSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads ``Options``.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try Options(json: context.options, path: context.path)
+        }
+
+        /// Checks the options as creating the sink would (a placement limit below 1, buckets not increasing).
+        public func validate(_ options: Options, context: SinkContext) throws(JSONInputError) {
+            do { _ = try MetricsSink(options: options, version: context.version) } catch {
+                throw JSONInputError(path: context.path, message: error.message)
+            }
+        }
+
+        /// A metrics sink with the spec's families.
+        public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
+            do { return try MetricsSink(name: context.name, options: options, version: context.version) } catch {
+                throw JSONInputError(path: context.path, message: error.message)
+            }
+        }
     }
 }

@@ -44,6 +44,10 @@ public struct OTLPSinkStats: Sendable, Equatable {
     public var queuedSpans = 0
     /// The last export error, if any.
     public var lastError: String?
+    /// Export attempts that failed (each retry's failure counts).
+    public var failedAttempts = 0
+    /// The last export attempt failed.
+    public var failing = false
 
     /// All zero.
     public init() {}
@@ -157,8 +161,12 @@ public final class OTLPSink: EventSink {
         }
     }
 
+    /// The type name in the config's `sinks` list.
+    public static let type = "otlp"
+    /// The sink's name in metrics and logs (`otlp` unless its config entry names it).
+    public let name: String
     /// `otlp`.
-    public let name = "otlp"
+    public var type: String { Self.type }
     /// The options the sink was created with.
     public let options: Options
     private let exporter: OTLPExporter
@@ -167,7 +175,9 @@ public final class OTLPSink: EventSink {
     ///
     /// - Parameter now: the clock for trace timeouts, seconds (tests pass their own).
     /// - Throws: `OTLPSinkError` when the output file cannot be opened.
-    public init(options: Options, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(OTLPSinkError) {
+    public init(name: String = "otlp", options: Options,
+                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(OTLPSinkError) {
+        self.name = name
         self.options = options
         exporter = try OTLPExporter(options: options, now: now)
         let exporter = exporter
@@ -182,14 +192,26 @@ public final class OTLPSink: EventSink {
     public func consume(_ batch: [Envelope]) { exporter.consume(batch) }
 
     /// Sends every finished span queued so far and waits for the result, at most `flushTimeout`.
-    /// Traces still open stay open (see `finish()`).
+    /// Traces still open stay open (see `close()`).
     public func flush() { exporter.flush(drainOpenTraces: false) }
 
-    /// For shutdown: exports every open trace as it is (marked incomplete), then flushes.
-    public func finish() { exporter.flush(drainOpenTraces: true) }
+    /// For shutdown: exports every open trace as it is (marked incomplete), waits for the sending
+    /// (at most `flushTimeout`), then stops the sending thread. Spans it could not send are counted
+    /// as failed. Idempotent.
+    public func close() {
+        exporter.close()
+    }
 
     /// Counters of what was exported, dropped and retried.
     public var stats: OTLPSinkStats { exporter.stats }
+
+    /// Down while exports fail; errors count failed export attempts; dropped counts SPANS lost
+    /// (queue full, given up on, rejected, or still queued at close).
+    public var health: SinkHealth {
+        let s = exporter.stats
+        return SinkHealth(up: !s.failing, errors: UInt64(s.failedAttempts), lastError: s.lastError,
+                          dropped: UInt64(s.droppedSpans + s.failedSpans))
+    }
 }
 
 /// The sending side: the span assembler, the bounded queue and the thread that empties it.
@@ -198,6 +220,8 @@ final class OTLPExporter: Sendable {
         var pending: [OTLPSpan] = []
         var head = 0
         var stopped = false
+        /// Set by `close()`: a failed export is given up on at once instead of retried later.
+        var closing = false
         var flushWaiters: [DispatchSemaphore] = []
         var stats = OTLPSinkStats()
         var count: Int { pending.count - head }
@@ -285,6 +309,13 @@ final class OTLPExporter: Sendable {
         wake.signal()
     }
 
+    /// Exports every open trace (incomplete) with one try per batch, then stops the thread.
+    func close() {
+        queue.withLock { $0.closing = true }
+        flush(drainOpenTraces: true)
+        stop()
+    }
+
     /// The sending thread: wakes on a full batch, a flush, or every `flushInterval`.
     func run() {
         while true {
@@ -341,19 +372,24 @@ final class OTLPExporter: Sendable {
                 queue.withLock { q in
                     q.stats.exportedSpans += spans.count
                     q.stats.requests += 1
+                    q.stats.failing = false
                 }
                 return
             case .rejected(let message):
                 queue.withLock { q in
                     q.stats.failedSpans += spans.count
                     q.stats.lastError = message
+                    q.stats.failedAttempts += 1
+                    q.stats.failing = true
                 }
                 return
             case .retryable(let message, let retryAfter):
-                if attempt >= options.maxRetries {
+                if attempt >= options.maxRetries || queue.withLock({ $0.closing || $0.stopped }) {
                     queue.withLock { q in
                         q.stats.failedSpans += spans.count
                         q.stats.lastError = message + " (gave up after \(attempt + 1) attempts)"
+                        q.stats.failedAttempts += 1
+                        q.stats.failing = true
                     }
                     return
                 }
@@ -363,6 +399,8 @@ final class OTLPExporter: Sendable {
                 queue.withLock { q in
                     q.stats.retries += 1
                     q.stats.lastError = message
+                    q.stats.failedAttempts += 1
+                    q.stats.failing = true
                 }
                 attempt += 1
                 if delay > 0 { Thread.sleep(forTimeInterval: delay) }
@@ -486,5 +524,32 @@ final class OTLPTransport: Sendable {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
         guard let date = formatter.date(from: value) else { return nil }
         return max(0, date.timeIntervalSinceNow)
+    }
+}
+
+extension OTLPSink {
+    /// The `otlp` sink type; its options are ``Options`` (`endpoint` or `file`, required).
+    public struct Factory: SinkFactory {
+        /// `otlp`.
+        public let type = OTLPSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads ``Options``; `serviceVersion` defaults to FlowScope's version.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            var options = try Options(json: context.options, path: context.path)
+            if context.options["serviceVersion"] == nil { options.serviceVersion = context.version }
+            return options
+        }
+
+        /// Starts the sink's sending thread (and opens its output file, if any).
+        public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
+            do {
+                return try OTLPSink(name: context.name, options: options)
+            } catch {
+                throw JSONInputError(path: context.path, message: error.description)
+            }
+        }
     }
 }

@@ -98,8 +98,12 @@ public final class SQLiteSink: EventSink {
     /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
     public static let schemaVersion: Int64 = 1
 
+    /// The type name in the config's `sinks` list.
+    public static let type = "sqlite"
+    /// The sink's name in metrics and logs (`sqlite` unless its config entry names it).
+    public let name: String
     /// `sqlite`.
-    public let name = "sqlite"
+    public var type: String { Self.type }
     /// The options the sink was opened with.
     public let options: Options
     /// The database file.
@@ -117,6 +121,10 @@ public final class SQLiteSink: EventSink {
         var failed = 0
         var deleted = 0
         var lastError: SQLiteSinkError?
+        /// Failed transactions and retention passes.
+        var errors = 0
+        /// The last write failed.
+        var failing = false
     }
 
     private let writer: Mutex<Writer>
@@ -129,7 +137,9 @@ public final class SQLiteSink: EventSink {
     /// - Parameter now: the wall clock used for retention, seconds since 1970 (tests pass their own).
     /// - Throws: `SQLiteSinkError` naming the path when the file is not SQLite, was written by a
     ///   newer flowscope (unknown schema version), or cannot be created.
-    public init(options: Options, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(SQLiteSinkError) {
+    public init(name: String = "sqlite", options: Options,
+                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(SQLiteSinkError) {
+        self.name = name
         self.options = options
         self.now = now
         let path = options.path
@@ -209,7 +219,7 @@ public final class SQLiteSink: EventSink {
     public func consume(_ batch: [Envelope]) {
         guard !batch.isEmpty else { return }
         let step = max(1, options.batchSize)
-        var stored = 0, failed = 0, deleted = 0
+        var stored = 0, failed = 0, deleted = 0, errors = 0
         var lastError: SQLiteSinkError?
         writer.withLock { w in
             var start = 0
@@ -220,6 +230,7 @@ public final class SQLiteSink: EventSink {
                     stored += end - start
                 } catch {
                     failed += end - start
+                    errors += 1
                     lastError = error
                 }
                 start = end
@@ -228,13 +239,17 @@ public final class SQLiteSink: EventSink {
                 let current = now()
                 if current - w.lastRetention >= options.retentionInterval {
                     w.lastRetention = current
-                    do throws(SQLiteSinkError) { deleted += try Self.deleteOlder(than: current - retention, with: w) } catch { lastError = error }
+                    do throws(SQLiteSinkError) { deleted += try Self.deleteOlder(than: current - retention, with: w) } catch {
+                        errors += 1
+                        lastError = error
+                    }
                 }
             }
         }
         counters.withLock { c in
-            c.stored += stored; c.failed += failed; c.deleted += deleted
+            c.stored += stored; c.failed += failed; c.deleted += deleted; c.errors += errors
             if let lastError { c.lastError = lastError }
+            c.failing = errors > 0
         }
     }
 
@@ -312,6 +327,12 @@ public final class SQLiteSink: EventSink {
     public var deletedCount: Int { counters.withLock { $0.deleted } }
     /// The last write error, if any.
     public var lastError: SQLiteSinkError? { counters.withLock { $0.lastError } }
+    /// Down while the last batch failed; dropped counts the rows of failed transactions.
+    public var health: SinkHealth {
+        counters.withLock {
+            SinkHealth(up: !$0.failing, errors: UInt64($0.errors), lastError: $0.lastError?.description, dropped: UInt64($0.failed))
+        }
+    }
 
     // MARK: - Queries (the dashboard API's shapes)
 
@@ -439,5 +460,30 @@ public enum SQLiteBaseline {
             }
         }
         try exec("COMMIT")
+    }
+}
+
+extension SQLiteSink {
+    /// The `sqlite` sink type; its options are ``Options``.
+    public struct Factory: SinkFactory {
+        /// `sqlite`.
+        public let type = SQLiteSink.type
+
+        /// The factory.
+        public init() {}
+
+        /// Reads ``Options``; opens nothing.
+        public func options(from context: SinkContext) throws(JSONInputError) -> Options {
+            try Options(json: context.options, path: context.path)
+        }
+
+        /// Opens (or creates) the database.
+        public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
+            do {
+                return try SQLiteSink(name: context.name, options: options)
+            } catch {
+                throw JSONInputError(path: context.path(of: "path"), message: error.description)
+            }
+        }
     }
 }

@@ -1,0 +1,27 @@
+import FlowJSON
+
+/// A sink that serves metrics: what `GET /metrics` renders at scrape time. The `metrics` sink is one.
+public protocol MetricsExposing: Sendable {
+    /// Renders for a scrape whose `Accept` header is `accept` (Prometheus text, or OpenMetrics when
+    /// asked for): the content type and the body.
+    func exposition(accept: String?) -> (contentType: String, body: [UInt8])
+}
+
+/// An event store the dashboard API can query: recent events, their aggregates per run and
+/// placement, and a feed of new events. The `memory` sink is one.
+public protocol EventStore: Sendable {
+    /// Events newest last, filtered (nil: any). With `since`, the oldest `limit` events after it;
+    /// without, the newest `limit`.
+    func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope]
+    /// The newest seq held, nil when empty.
+    var latestSeq: UInt64? { get }
+    /// `GET /api/placements?run=`: `{"run": ..., "placements": [...]}`.
+    func placementsJSON(run: String?) -> JSONValue
+    /// `GET /api/runs`: each run's summary object (`{"id", "kind", ...}`).
+    func runsJSON() -> [JSONValue]
+    /// `GET /api/runs/{id}`: one run's detail, nil when unknown.
+    func runJSON(id: String) -> JSONValue?
+    /// Calls `handler` with every batch of new events, in seq order, until the returned function
+    /// is called.
+    func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void
+}
