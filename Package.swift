@@ -6,7 +6,7 @@ import PackageDescription
 func plugin(_ name: String, dir: String, extra: [Target.Dependency] = [], testExclude: [String] = []) -> [Target] {
     [
         .target(name: name, dependencies: ["FlowEvents", "FlowJSON"] + extra, path: "plugins/\(dir)/Sources"),
-        .testTarget(name: "\(name)Tests", dependencies: [.target(name: name), "FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"],
+        .testTarget(name: "\(name)Tests", dependencies: [.target(name: name), "FlowEvents", "FlowFetch", "FlowJSON", "FlowScopeTesting", "TestSupport"],
                     path: "plugins/\(dir)/Tests", exclude: testExclude),
     ]
 }

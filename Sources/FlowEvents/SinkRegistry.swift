@@ -137,6 +137,8 @@ extension SinkFactory {
 public struct SinkRegistryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What is wrong, naming the type.
     public var message: String
+    /// An error with its message.
+    public init(message: String) { self.message = message }
     /// The message.
     public var description: String { message }
 }

@@ -266,33 +266,50 @@ struct EventPipelineTests {
         pipeline.shutdown()
     }
 
-    @Test("a queue-depth observer sees live stats without keeping the pipeline alive")
-    func observer() {
-        final class Observer: EventSink, QueueDepthObserver {
-            let name = "metrics"
-            let source = Mutex<(@Sendable () -> [SinkStats])?>(nil)
-            func consume(_ batch: [Envelope]) {}
-            func flush() {}
-            func observeQueueDepth(_ stats: @escaping @Sendable () -> [SinkStats]) { source.withLock { $0 = stats } }
-            func read() -> [SinkStats] { source.withLock { $0 }?() ?? [] }
+    @Test("stats carry each sink's own health and lost events, read at the moment of the call")
+    func statsReadHealth() {
+        final class FailingSink: EventSink {
+            let name = "failing"
+            var type: String { "custom" }
+            let recorder = SinkHealthRecorder()
+            func consume(_ batch: [Envelope]) {
+                recorder.failed("disk full")
+                recorder.dropped(batch.count)
+            }
+            var health: SinkHealth { recorder.current }
         }
-        let observer = Observer()
+        let failing = FailingSink()
         let slow = RecordingSink(name: "slow", gated: true)
-        var pipeline: EventPipeline? = EventPipeline(sinks: [observer, slow], queueCapacity: 100)
-        pipeline?.receive(event(0))
+        let pipeline = EventPipeline(sinks: [failing, slow], queueCapacity: 100)
+        pipeline.receive(event(0))
         slow.entered.wait()
-        for i in 1...5 { pipeline?.receive(event(i)) }
-        let seen = observer.read()
-        #expect(seen.map(\.sink) == ["metrics", "slow"])
-        #expect(seen.last?.queueDepth == 5)
+        for i in 1...5 { pipeline.receive(event(i)) }
+        #expect(pipeline.waitUntilDrainedExcept(slow: 5))
+        let seen = pipeline.stats()
+        #expect(seen.map(\.sink) == ["failing", "slow"])
+        #expect(seen.map(\.type) == ["custom", "slow"])
+        #expect(seen[0].up == false && seen[0].errors >= 1 && seen[0].lastError == "disk full")
+        #expect(seen[0].dropped == 6 && seen[0].consumed == 6)
+        #expect(seen[1].up && seen[1].errors == 0 && seen[1].queueDepth == 5 && seen[1].dropped == 0)
         for _ in 0..<10 { slow.gate.signal() }
-        pipeline?.shutdown()
-        pipeline = nil
-        #expect(observer.read().isEmpty)
+        pipeline.shutdown()
     }
 }
 
-final class ClosableSink: ClosingSink {
+extension EventPipeline {
+    /// Waits until every sink but a gated one has consumed everything (the gated one holds `slow` events).
+    func waitUntilDrainedExcept(slow depth: Int) -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let s = stats()
+            if s.first?.consumed == UInt64(depth + 1) && s.last?.queueDepth == depth { return true }
+            usleep(1000)
+        }
+        return false
+    }
+}
+
+final class ClosableSink: EventSink {
     let name = "closable"
     let log = Mutex<[String]>([])
     func consume(_ batch: [Envelope]) { log.withLock { $0.append("consume \(batch.count)") } }
@@ -302,7 +319,7 @@ final class ClosableSink: ClosingSink {
 
 @Suite("EventPipeline lifecycle")
 struct EventPipelineLifecycleTests {
-    @Test("shutdown calls flush then close on a closing sink, after its last batch")
+    @Test("shutdown calls flush then close on a sink, after its last batch, once")
     func closeOrder() {
         let sink = ClosableSink()
         let pipeline = EventPipeline(sinks: [sink], maxBatch: 1_000_000)

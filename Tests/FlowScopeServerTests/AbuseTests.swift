@@ -86,8 +86,8 @@ final class DashboardFixture {
         pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
         var apiLimits = DashboardAPI.Limits()
         apiLimits.maxIngestEvents = Self.maxIngestEvents
-        let hub = SSEHub(replay: DashboardAPI.replay(memory: memory))
-        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: nil,
+        let hub = SSEHub(replay: DashboardAPI.replay(store: memory))
+        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub, web: nil,
                                          ingestLimiter: limiter, limits: apiLimits)
         fixture = try ServerFixture(limits: limits) { $0 = router }
     }

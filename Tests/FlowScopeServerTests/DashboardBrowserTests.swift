@@ -114,7 +114,7 @@ final class DashboardStack {
     let pipeline: EventPipeline
     let memory: MemorySink
     let hub: SSEHub
-    private let subscription: SubscriptionToken
+    private let unfollow: @Sendable () -> Void
 
     var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
 
@@ -122,20 +122,20 @@ final class DashboardStack {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
-        let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(memory: memory))
+        let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
         fixture = try ServerFixture { router in
-            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, memory: memory, hub: hub, web: web,
+            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub, web: web,
                                          ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
         }
         self.pipeline = pipeline
         self.memory = memory
         self.hub = hub
-        subscription = DashboardAPI.connectStream(memory: memory, hub: hub)
+        unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
     }
 
     deinit {
-        memory.unsubscribe(subscription)
+        unfollow()
         hub.closeAll()
         fixture.server.stop()
         pipeline.shutdown()

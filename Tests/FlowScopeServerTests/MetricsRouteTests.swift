@@ -27,7 +27,7 @@ struct MetricsRouteTests {
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
         defer { pipeline.shutdown() }
-        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, memory: memory, hub: SSEHub(), web: nil,
+        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: SSEHub(), web: nil,
                                          ingestLimiter: RateLimiter(ratePerSecond: 10, burst: 10))
         metrics.consume(try Self.envelopes())
         for accept in [nil, "application/openmetrics-text; version=1.0.0"] {

@@ -62,7 +62,7 @@ struct ConsoleSinkTests {
     @Test("config options: color and stream are checked")
     func config() throws {
         var registry = SinkRegistry()
-        ConsoleSink.register(in: &registry)
+        try registry.register(ConsoleSink.Factory())
         let sink = try registry.make(type: "console", context: SinkContext(options: ["color": "never", "stream": "stderr"], path: "$.sinks[0]"))
         #expect((sink as? ConsoleSink)?.colored == false)
         #expect(throws: JSONInputError(path: "$.sinks[0].color", message: "expected one of \"auto\", \"always\", \"never\", got a string \"yes\"")) {

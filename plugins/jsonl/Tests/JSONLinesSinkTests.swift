@@ -128,7 +128,7 @@ struct JSONLinesSinkTests {
     @Test("config: defaults under the state directory, bad options name their path")
     func config() throws {
         var registry = SinkRegistry()
-        JSONLinesSink.register(in: &registry)
+        try registry.register(JSONLinesSink.Factory())
         let dir = tempDirectory()
         let sink = try registry.make(type: "jsonl", context: SinkContext(options: ["rotateBytes": 1000], path: "$.sinks[1]", stateDirectory: dir))
         #expect((sink as? JSONLinesSink)?.path == dir + "/events.jsonl")

@@ -187,7 +187,7 @@ struct MemorySinkTests {
     @Test("config options are read and checked")
     func config() throws {
         var registry = SinkRegistry()
-        MemorySink.register(in: &registry)
+        try registry.register(MemorySink.Factory())
         let sink = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 7], path: "$.sinks[0]"))
         #expect((sink as? MemorySink)?.capacity == 7)
         #expect(throws: JSONInputError(path: "$.sinks[0].capacity", message: "expected an integer in 1...10000000, got a number 0")) {

@@ -3,6 +3,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import MetricsSink
+import Synchronization
 import Testing
 
 /// Builds envelopes with increasing seq numbers for one test.
@@ -69,9 +70,15 @@ struct MetricsSinkTests {
         let stream = knownStream()
         sink.consume(Array(stream.envelopes[..<5]))
         sink.consume(Array(stream.envelopes[5...]))
-        sink.setQueueDepth(sink: "jsonl", depth: 12)
-        sink.setQueueDepth(sink: "memory", depth: 3)
-        sink.setQueueDepth(sink: "memory", depth: 0)
+        // Sink health is read from the stats source at render time; sink.dropped events add nothing.
+        let depth = Atomic<Int>(3)
+        sink.collectSinkStats {
+            [SinkStats(sink: "jsonl", type: "jsonl", queueDepth: 12, capacity: 100, dropped: 10, consumed: 40, batches: 2,
+                       up: false, errors: 2, lastError: "disk full"),
+             SinkStats(sink: "memory", queueDepth: depth.load(ordering: .relaxed), capacity: 100, dropped: 0, consumed: 50, batches: 3)]
+        }
+        _ = sink.render()
+        depth.store(0, ordering: .relaxed)
         let all = samples(String(decoding: sink.render(format: .prometheusText), as: UTF8.self))
 
         #expect(samples(all, named: "flowscope_fetches_total") == [
@@ -114,9 +121,20 @@ struct MetricsSinkTests {
             #"flowscope_request_duration_seconds_sum{kind="targeted"}"#: "0.03",
         ])
         #expect(samples(all, named: "flowscope_assets_prefetched_bytes_total") == ["flowscope_assets_prefetched_bytes_total": "1024"])
-        #expect(samples(all, named: "flowscope_events_dropped_total") == [#"flowscope_events_dropped_total{sink="jsonl"}"#: "10"])
+        #expect(samples(all, named: "flowscope_events_dropped_total") == [
+            #"flowscope_events_dropped_total{sink="jsonl"}"#: "10", #"flowscope_events_dropped_total{sink="memory"}"#: "0",
+        ])
         #expect(samples(all, named: "flowscope_sink_queue_depth") == [
             #"flowscope_sink_queue_depth{sink="jsonl"}"#: "12", #"flowscope_sink_queue_depth{sink="memory"}"#: "0",
+        ])
+        #expect(samples(all, named: "flowscope_sink_consumed_total") == [
+            #"flowscope_sink_consumed_total{sink="jsonl"}"#: "40", #"flowscope_sink_consumed_total{sink="memory"}"#: "50",
+        ])
+        #expect(samples(all, named: "flowscope_sink_errors_total") == [
+            #"flowscope_sink_errors_total{sink="jsonl"}"#: "2", #"flowscope_sink_errors_total{sink="memory"}"#: "0",
+        ])
+        #expect(samples(all, named: "flowscope_sink_up") == [
+            #"flowscope_sink_up{sink="jsonl"}"#: "0", #"flowscope_sink_up{sink="memory"}"#: "1",
         ])
         #expect(samples(all, named: "flowscope_build_info") == [#"flowscope_build_info{version="1.2.3"}"#: "1"])
 
@@ -130,7 +148,7 @@ struct MetricsSinkTests {
         #expect(all[#"flowscope_events_total{name="fetch.end"}"#] == "3")
     }
 
-    @Test("The sink registers exactly the spec's fourteen families, each with HELP and TYPE")
+    @Test("The sink registers exactly the spec's seventeen families, each with HELP and TYPE")
     func familiesOfTheSpec() throws {
         let sink = try MetricsSink(version: "0.1.0")
         let families = sink.registry.families.map { "\($0.name) \($0.kind.rawValue) \($0.labelNames.joined(separator: ","))" }
@@ -146,7 +164,10 @@ struct MetricsSinkTests {
             "flowscope_preload_errors_total counter placement,code",
             "flowscope_request_duration_seconds histogram kind",
             "flowscope_requests_total counter kind,outcome",
+            "flowscope_sink_consumed_total counter sink",
+            "flowscope_sink_errors_total counter sink",
             "flowscope_sink_queue_depth gauge sink",
+            "flowscope_sink_up gauge sink",
             "flowscope_targeting_lost_total counter placement",
             "flowscope_timeouts_total counter placement,stage",
         ])

@@ -54,7 +54,9 @@ struct PromtoolTests {
     func promtoolAcceptsText() throws {
         let sink = try MetricsSink(version: "1.0.0-test")
         sink.consume(realisticStream().envelopes)
-        sink.setQueueDepth(sink: "jsonl", depth: 4)
+        sink.collectSinkStats {
+            [SinkStats(sink: "jsonl", queueDepth: 4, capacity: 10, dropped: 1, consumed: 9, batches: 1, up: false, errors: 1)]
+        }
         let body = sink.render(format: .prometheusText)
         let result = try promtoolCheck(body)
         #expect(result.output == "")

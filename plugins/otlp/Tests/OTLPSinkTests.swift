@@ -205,7 +205,7 @@ struct OTLPSinkTests {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let (path, sink) = try exportToFile(dir, batchSize: 3)
-        sink.finish()
+        sink.close()
         let result = try runProgram(python, [script, path])
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("ok: ") && result.output.contains(" 10 spans, 5 events"), "\(result.output)")
@@ -352,7 +352,7 @@ struct OTLPSinkTests {
         #expect(sink.stats.exportedSpans == 3)
         #expect(sink.stats.incompleteTraces == 1)
         #expect(sink.stats.openTraces == 1)
-        sink.finish()
+        sink.close()
         #expect(sink.stats.exportedSpans == 5)
         #expect(sink.stats.openTraces == 0)
         let text = try String(contentsOfFile: dir + "/t.jsonl", encoding: .utf8)
