@@ -81,7 +81,7 @@ async function selectRun(run) {
   if (location.hash !== hash) history.replaceState(null, '', hash);
   renderRunSelect();
   state.buffer.clear();
-  await Promise.all([loadEvents(), loadAggregates()]);
+  await Promise.all([loadEvents(), loadAggregates(), loadSinks()]);
   render();
 }
 
@@ -94,6 +94,25 @@ async function loadRuns() {
     renderRunSelect();
   } catch (error) {
     note(error);
+  }
+}
+
+/** Shows every sink that is down (its last write or export failed), with its last error. */
+async function loadSinks() {
+  const alert = $('#sink-alert');
+  try {
+    const answer = await api.sinks();
+    const down = (Array.isArray(answer.sinks) ? answer.sinks : []).filter((s) => s.up === false);
+    alert.hidden = down.length === 0;
+    alert.replaceChildren(...down.map((s) => {
+      const line = document.createElement('p');
+      line.dataset.sink = s.name;
+      line.textContent = `Sink ${s.name} (${s.type}) is down: ${s.lastError ?? 'its last write failed'}` +
+        ` (${s.errors} errors, ${s.dropped} events lost). Events still reach the other sinks.`;
+      return line;
+    }));
+  } catch (error) {
+    // /api/sinks unreachable: the connection state already says so.
   }
 }
 
@@ -367,6 +386,8 @@ function wire() {
   }).observe(document.body);
   // Relative times ("3m ago") and slow-moving aggregates stay fresh even without new events.
   setInterval(() => scheduleAggregates(true), 15000);
+  // Sink health changes without events (a collector going away): poll it on its own.
+  setInterval(loadSinks, 5000);
 }
 
 async function start() {
@@ -377,7 +398,7 @@ async function start() {
   if (fromHash !== null) state.run = fromHash;
   else if (!state.runs.some((r) => r.id === 'live') && state.runs.length) state.run = state.runs[0].id;
   renderRunSelect();
-  await Promise.all([loadEvents(), loadAggregates()]);
+  await Promise.all([loadEvents(), loadAggregates(), loadSinks()]);
   render();
   document.body.dataset.ready = 'true';
   if (streamDisabled()) setConn('off');

@@ -55,6 +55,28 @@ struct DashboardBrowserTests {
         #expect(emptyTag.contains(" hidden"), "no empty state with events: \(emptyTag)")
     }
 
+    @Test("a sink that is down is named on the page with its last error; a page of working sinks shows no alert")
+    func sinkDown() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM: install it (`apt-get install chromium`, as `make test` does)")
+            return
+        }
+        let healthy = try DashboardStack()
+        _ = try healthy.ingest(DemoCalls.sample(run: "live"))
+        let fine = try chromium.dumpDOM(url: "\(healthy.baseURL)/?stream=off")
+        #expect(fine.contains("data-ready=\"true\""))
+        let fineAlert = try #require(HTMLSlice.element(in: fine, startingWith: "<div id=\"sink-alert\"")).prefix { $0 != ">" }
+        #expect(fineAlert.contains(" hidden"), "no alert while every sink works: \(fineAlert)")
+
+        let stack = try DashboardStack(extraSinks: [FailingArchive()])
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        try stack.waitForFetches(placement: "main_paywall", count: 2)
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off")
+        let alert = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"sink-alert\""))
+        #expect(!alert.prefix { $0 != ">" }.contains(" hidden"), "\(alert)")
+        #expect(alert.contains("Sink archive (otlp) is down: 127.0.0.1:4318: connection refused"), "\(alert)")
+    }
+
     @Test("with no events the dashboard says how to produce some")
     func emptyState() throws {
         guard let chromium = Chromium.executable() else {
@@ -105,6 +127,18 @@ struct DashboardBrowserTests {
     }
 }
 
+/// A sink whose every write fails, as an otlp sink with its collector gone.
+final class FailingArchive: EventSink {
+    let name = "archive"
+    var type: String { "otlp" }
+    let recorder = SinkHealthRecorder()
+    func consume(_ batch: [Envelope]) {
+        recorder.failed("127.0.0.1:4318: connection refused")
+        recorder.dropped(batch.count)
+    }
+    var health: SinkHealth { recorder.current }
+}
+
 // MARK: - The server stack
 
 /// The serve stack's parts on 127.0.0.1, port 0: metrics and memory sinks behind a pipeline, the dashboard
@@ -118,10 +152,10 @@ final class DashboardStack {
 
     var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
 
-    init() throws {
+    init(extraSinks: [any EventSink] = []) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
-        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
+        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks)
         let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
         fixture = try ServerFixture { router in

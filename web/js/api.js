@@ -41,6 +41,11 @@ export function runs() {
   return getJSON('api/runs');
 }
 
+/** GET /api/sinks: {sinks: [{name, type, up, consumed, dropped, errors, lastError, queueDepth, capacity}]}. */
+export function sinks() {
+  return getJSON('api/sinks');
+}
+
 /** GET /api/runs/{id}: {run, placements, eventsByName}. */
 export function run(id) {
   return getJSON(`api/runs/${encodeURIComponent(id)}`);
