@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 CONFIG ?= config/flowscope.json5
 
-.PHONY: run test build release setup setup-test bench clean
+.PHONY: run test build release setup setup-test bench clean examples
 
 run: setup release
 	.build/release/flowscope serve --config $(CONFIG)
@@ -21,12 +21,17 @@ test: setup-test
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --skip '$(SERIAL)'
 	$(SWIFT) test --skip-build --filter '$(SERIAL)' --no-parallel
+	SWIFT=$(SWIFT) bash scripts/examples.sh
 
 build: setup
 	$(SWIFT) build
 
 release: setup
 	$(SWIFT) build -c release
+
+# The packages in examples/, built and tested from outside (also the last step of `make test`).
+examples: build
+	SWIFT=$(SWIFT) bash scripts/examples.sh
 
 bench: release
 	.build/release/flowscope bench

@@ -25,3 +25,20 @@ public protocol EventStore: Sendable {
     /// is called.
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void
 }
+
+extension Envelope {
+    /// A page of events as `GET /api/events` answers it: `{"events":[<envelope>...],"latestSeq":N|null}`,
+    /// compact, oldest first.
+    public static func pageJSON(_ envelopes: [Envelope], latestSeq: UInt64?) -> String {
+        var out = "{\"events\":["
+        out.reserveCapacity(64 + envelopes.count * 256)
+        for (i, envelope) in envelopes.enumerated() {
+            if i > 0 { out += "," }
+            envelope.appendJSON(to: &out)
+        }
+        out += "],\"latestSeq\":"
+        out += latestSeq.map { String($0) } ?? "null"
+        out += "}"
+        return out
+    }
+}

@@ -53,7 +53,7 @@ public enum DashboardAPI {
             }
             let events = store.events(since: since, limit: limit, run: nonEmpty(request.query("run")),
                                       placement: nonEmpty(request.query("placement")), name: nonEmpty(request.query("name")))
-            return .jsonText(eventsJSON(events, latestSeq: store.latestSeq))
+            return .jsonText(Envelope.pageJSON(events, latestSeq: store.latestSeq))
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in
@@ -95,20 +95,6 @@ public enum DashboardAPI {
     /// The replay for Last-Event-ID: the events after `seq` the store still holds.
     public static func replay(store: any EventStore, limit: Int = 5000) -> SSEHub.Replay {
         { seq in store.events(since: seq, limit: limit, run: nil, placement: nil, name: nil).map { ($0.seq, $0.jsonLine) } }
-    }
-
-    /// `GET /api/events`: `{"events":[<envelope>...],"latestSeq":N|null}`, envelopes written once.
-    static func eventsJSON(_ envelopes: [Envelope], latestSeq: UInt64?) -> String {
-        var out = "{\"events\":["
-        out.reserveCapacity(64 + envelopes.count * 256)
-        for (i, envelope) in envelopes.enumerated() {
-            if i > 0 { out += "," }
-            envelope.appendJSON(to: &out)
-        }
-        out += "],\"latestSeq\":"
-        out += latestSeq.map { String($0) } ?? "null"
-        out += "}"
-        return out
     }
 
     private static func nonEmpty(_ s: String?) -> String? { s.flatMap { $0.isEmpty ? nil : $0 } }

@@ -274,21 +274,6 @@ public struct PlacementSummary: Sendable, Hashable {
 
 /// JSON bodies for the dashboard API, built from `MemorySink` query results.
 public enum MemoryJSON {
-    /// `GET /api/events`: `{"events":[<envelope>...],"latestSeq":N|null}` as compact text
-    /// (envelopes as in events-and-metrics.md, oldest first).
-    public static func events(_ envelopes: [Envelope], latestSeq: UInt64?) -> String {
-        var out = "{\"events\":["
-        out.reserveCapacity(64 + envelopes.count * 256)
-        for (i, envelope) in envelopes.enumerated() {
-            if i > 0 { out += "," }
-            envelope.appendJSON(to: &out)
-        }
-        out += "],\"latestSeq\":"
-        out += latestSeq.map { String($0) } ?? "null"
-        out += "}"
-        return out
-    }
-
     /// `GET /api/placements?run=`: `{"run":"live"|null,"placements":[<PlacementSummary>...]}`.
     public static func placements(_ placements: [PlacementSummary], run: String?) -> JSONValue {
         ["run": run.map(JSONValue.string) ?? .null, "placements": .array(placements.map(\.jsonValue))]

@@ -130,7 +130,7 @@ struct MemorySinkTests {
     func jsonShapes() throws {
         let sink = MemorySink()
         sink.consume([fetchEnd(1, duration: 0.25), envelope(2, .preloadEnd, placement: nil, ts: 0, attrs: ["failed": ["x": 2005]])])
-        let events = MemoryJSON.events(sink.events(), latestSeq: sink.latestSeq)
+        let events = Envelope.pageJSON(sink.events(), latestSeq: sink.latestSeq)
         let parsed = try JSONSerialization.jsonObject(with: Data(events.utf8)) as? [String: Any]
         #expect((parsed?["events"] as? [Any])?.count == 2)
         #expect(parsed?["latestSeq"] as? Int == 2)
