@@ -181,3 +181,36 @@ struct JSONLinesSinkTests {
         }
     }
 }
+
+@Suite("JSONLinesSink health")
+struct JSONLinesHealthTests {
+    @Test("a full disk marks the sink down, counts each failed write and the lines it lost; a working write brings it up")
+    func diskFull() throws {
+        let sink = try JSONLinesSink(path: "/dev/full", fsync: .never)
+        sink.consume((1...5).map { envelope($0) })
+        #expect(sink.health == SinkHealth())
+        sink.flush()
+        let health = sink.health
+        #expect(health.up == false)
+        #expect(health.errors >= 1)
+        #expect(health.dropped == 5)
+        #expect(health.lastError?.contains("No space left") == true)
+    }
+
+    @Test("a rotation that cannot move the file is an error with its reason, and nothing is lost")
+    func rotationFails() throws {
+        let dir = tempDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/events.jsonl"
+        // `events.jsonl.1` is a non-empty directory: renaming the file onto it fails, for root too.
+        try FileManager.default.createDirectory(atPath: path + ".1/x", withIntermediateDirectories: true)
+        let sink = try JSONLinesSink(path: path, rotateBytes: 300, keep: 1, fsync: .batch)
+        for i in 1...10 { sink.consume([envelope(UInt64(i))]) }
+        sink.close()
+        let health = sink.health
+        #expect(health.errors >= 1)
+        #expect(health.lastError?.hasPrefix("cannot rotate \(path)") == true, "\(health)")
+        #expect(health.dropped == 0)
+        #expect(lines(path).count == 10)
+    }
+}

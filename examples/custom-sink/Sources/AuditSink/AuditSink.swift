@@ -13,7 +13,7 @@ public final class AuditSink: EventSink {
     private let recorder = SinkHealthRecorder()
 
     public init(name: String = "audit", path: String) throws {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        guard FileManager.default.createFile(atPath: path, contents: nil) else { throw AuditError(path: path) }
         guard let handle = FileHandle(forWritingAtPath: path) else { throw AuditError(path: path) }
         handle.seekToEndOfFile()
         self.name = name
