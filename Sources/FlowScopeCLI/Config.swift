@@ -199,13 +199,6 @@ extension SinkRegistry {
     }
 }
 
-/// The sqlite sink's options; `path` defaults to `<state directory>/events.sqlite`.
-private func sqliteOptions(_ context: SinkContext) throws(JSONInputError) -> SQLiteSink.Options {
-    var options = context.options
-    if options["path"] == nil { options["path"] = .string(context.stateDirectory + "/events.sqlite") }
-    return try SQLiteSink.Options(json: options, path: context.path)
-}
-
 /// Every built-in sink type, registered by name.
 let sinkRegistry: SinkRegistry = {
     var r = SinkRegistry()
@@ -216,8 +209,10 @@ let sinkRegistry: SinkRegistry = {
     r.register("metrics") { context in
         try MetricsSink(options: try MetricsSink.Options(json: context.options, path: context.path), version: context.version)
     }
-    r.register("sqlite", validate: { context in _ = try sqliteOptions(context) }) { context in
-        try SQLiteSink(options: try sqliteOptions(context))
+    r.register("sqlite", validate: { context in
+        _ = try SQLiteSink.Options(json: context.options, path: context.path, stateDirectory: context.stateDirectory)
+    }) { context in
+        try SQLiteSink(options: try SQLiteSink.Options(json: context.options, path: context.path, stateDirectory: context.stateDirectory))
     }
     r.register("otlp", validate: { context in _ = try OTLPSink.Options(json: context.options, path: context.path) }) { context in
         var options = try OTLPSink.Options(json: context.options, path: context.path)

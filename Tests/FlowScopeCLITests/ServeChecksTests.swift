@@ -247,12 +247,12 @@ struct CompletionTests {
 
     @Test("make install PREFIX=D installs the release binary alone as D/bin/flowscope; make uninstall removes it")
     func makeInstall() throws {
-        let install = try runProcess("/usr/bin/make", ["-n", "install", "PREFIX=/opt/fs"], currentDirectory: packageRoot)
+        let install = try runProcess("/usr/bin/make", ["--no-print-directory", "-n", "install", "PREFIX=/opt/fs"], currentDirectory: packageRoot)
         #expect(install.status == 0, "\(install.err)")
         #expect(install.out.contains("swift build -c release"))
         #expect(install.out.contains(#"install -m 0755 .build/release/flowscope "/opt/fs/bin/flowscope""#), "\(install.out)")
         #expect(install.out.components(separatedBy: "install -m").count == 2, "one file installed")
-        let uninstall = try runProcess("/usr/bin/make", ["-n", "uninstall", "PREFIX=/opt/fs"], currentDirectory: packageRoot)
+        let uninstall = try runProcess("/usr/bin/make", ["--no-print-directory", "-n", "uninstall", "PREFIX=/opt/fs"], currentDirectory: packageRoot)
         #expect(uninstall.out == "rm -f \"/opt/fs/bin/flowscope\"\n")
     }
 }
