@@ -3,7 +3,9 @@ SHELL := /bin/bash
 SWIFT ?= swift
 CONFIG ?= config/flowscope.json5
 
-.PHONY: run test build release setup setup-test bench clean examples
+PREFIX ?= /usr/local
+
+.PHONY: run test build release install uninstall setup setup-test bench clean examples
 
 run: setup release
 	.build/release/flowscope serve --config $(CONFIG)
@@ -32,6 +34,15 @@ release: setup
 # The packages in examples/, built and tested from outside (also the last step of `make test`).
 examples: build
 	SWIFT=$(SWIFT) bash scripts/examples.sh
+
+# The binary carries the dashboard, the default config and the demo backend: it is the only file installed.
+install: release
+	install -d "$(DESTDIR)$(PREFIX)/bin"
+	install -m 0755 .build/release/flowscope "$(DESTDIR)$(PREFIX)/bin/flowscope"
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/flowscope (shell completion: flowscope completion bash|zsh|fish)"
+
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/bin/flowscope"
 
 bench: release
 	.build/release/flowscope bench

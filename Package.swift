@@ -57,8 +57,11 @@ let package = Package(
         .target(name: "FlowScopeCLI", dependencies: [
             "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools",
             "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",
-        ]),
+        ], plugins: ["EmbedAssets"]),
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
+        // Compiles web/, config/flowscope.json5 and config/demo/ into FlowScopeCLI at build time.
+        .executableTarget(name: "AssetEmbedder"),
+        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"]),
 
         // Helpers shared by several test targets (a loopback HTTP server).
         .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),

@@ -197,11 +197,20 @@ public final class EventPipeline: EngineEventSink {
     /// of the process, replacing the signals' default actions. (A classic self-pipe, not Dispatch
     /// signal sources: on Linux those only see a signal when every thread blocks it.)
     public func shutdownOnSignals(_ signals: [Int32] = [SIGTERM, SIGINT], then: @escaping @Sendable () -> Void) {
+        // Once: a second signal must not run `then` again (it may resume a continuation).
+        let fired = FiredOnce()
         SignalRelay.install(signals) { [self] in
+            guard fired.take() else { return }
             shutdown()
             then()
         }
     }
+}
+
+/// True for the first `take()` only.
+final class FiredOnce: Sendable {
+    private let fired = Atomic<Bool>(false)
+    func take() -> Bool { !fired.exchange(true, ordering: .acquiringAndReleasing) }
 }
 
 /// A view of an `EventPipeline` that stamps another run (a test name, a simulation id).

@@ -13,11 +13,13 @@ private let relayPipe = Atomic<Int32>(-1)
 
 /// Runs Swift closures when signals arrive: the C handler writes the signal number to a pipe and
 /// a dedicated thread reads it and runs the closures registered for that signal, in order.
-enum SignalRelay {
+/// (A self-pipe rather than Dispatch signal sources: on Linux those only see a signal when every
+/// thread blocks it.) Closures must return quickly: the next signal waits for them.
+public enum SignalRelay {
     private static let handlers = Mutex<[Int32: [@Sendable () -> Void]]>([:])
 
     /// Registers `action` for each of `signals` and installs the C handler for them.
-    static func install(_ signals: [Int32], _ action: @escaping @Sendable () -> Void) {
+    public static func install(_ signals: [Int32], _ action: @escaping @Sendable () -> Void) {
         handlers.withLock { handlers in
             for signalNumber in signals { handlers[signalNumber, default: []].append(action) }
             guard relayPipe.load(ordering: .acquiring) < 0 else { return }

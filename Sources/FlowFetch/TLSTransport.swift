@@ -31,6 +31,13 @@ public enum TLSTransport {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
                 let thread = Thread {
+                    // OpenSSL writes with write(2): a peer that closed (or a cancelled exchange's shut
+                    // down socket) would raise SIGPIPE and kill the process. Blocked on this thread,
+                    // which runs only this exchange, the write fails with EPIPE instead.
+                    var pipeSignal = sigset_t()
+                    sigemptyset(&pipeSignal)
+                    sigaddset(&pipeSignal, SIGPIPE)
+                    pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
                     let r = exchange(method, url: url, headers: headers, body: body, caFile: caFile, timeout: timeout,
                                      maxBodyBytes: maxBodyBytes, control: control)
                     continuation.resume(returning: r)

@@ -29,10 +29,13 @@ struct FlowScopeConfig: Sendable {
         var connectionTimeout = 30
         var ingestRatePerSecond = 50.0
         var ingestBurst = 100
+        /// Seconds a graceful stop (first SIGINT or SIGTERM) may take before flowscope exits anyway.
+        var shutdownTimeout = 10.0
     }
     struct Demo: Sendable {
         var enabled = true
-        var scenario = "config/demo/backend.json5"
+        /// A backend scenario file; nil plays the embedded demo backend (config/demo/backend.json5).
+        var scenario: String?
         var rate = 2.0
     }
     struct Engine: Sendable {
@@ -42,6 +45,7 @@ struct FlowScopeConfig: Sendable {
         var fallbackFile: String?
     }
 
+    /// The config file read, or nil for the embedded default config.
     var file: String?
     var server = Server()
     /// The `sinks` list as written (built through the sink registry).
@@ -50,16 +54,29 @@ struct FlowScopeConfig: Sendable {
     var engine = Engine()
     var simulate = SimulationConfig.standard
 
-    /// Reads and checks a config file.
-    static func load(path: String) throws(JSONInputError) -> FlowScopeConfig {
+    /// How error messages name the embedded default config.
+    static let embeddedName = "(built-in config/flowscope.json5)"
+
+    /// Reads and checks a config file; nil reads the embedded default (identical to the repository's
+    /// config/flowscope.json5). Relative paths in a file resolve against the file's directory; in the
+    /// embedded default, against the working directory.
+    static func load(path: String?) throws(JSONInputError) -> FlowScopeConfig {
+        guard let path else {
+            do throws(JSONInputError) {
+                return try decode(JSONCursor(try JSON5.parse(EmbeddedFiles.defaultConfig)))
+            } catch {
+                throw error.inFile(embeddedName)
+            }
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw JSONInputError(file: path, path: "$", message: "cannot read the file")
+            throw JSONInputError(file: absolutePath(path), path: "$", message: ServeChecks.whyUnreadable(path))
         }
         guard let text = String(bytes: data, encoding: .utf8) else {
             throw JSONInputError(file: path, path: "$", message: "the file is not UTF-8 text")
         }
         do throws(JSONInputError) {
-            var config = try decode(JSONCursor(try JSON5.parse(text)))
+            let base = (absolutePath(path) as NSString).deletingLastPathComponent
+            var config = try decode(JSONCursor(try JSON5.parse(text)), base: base)
             config.file = path
             return config
         } catch {
@@ -67,23 +84,38 @@ struct FlowScopeConfig: Sendable {
         }
     }
 
-    static func decode(_ root: JSONCursor) throws(JSONInputError) -> FlowScopeConfig {
+    /// `path` made absolute against the working directory (or kept when already absolute).
+    static func absolutePath(_ path: String) -> String {
+        path.hasPrefix("/") ? path : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path)
+    }
+
+    /// Decodes a config. `base`: the directory relative paths resolve against (the config file's);
+    /// nil keeps them relative to the working directory.
+    static func decode(_ root: JSONCursor, base: String? = nil) throws(JSONInputError) -> FlowScopeConfig {
+        func resolve(_ path: String) -> String {
+            guard let base, !path.hasPrefix("/") else { return path }
+            return ((base as NSString).appendingPathComponent(path) as NSString).standardizingPath
+        }
         var config = FlowScopeConfig()
         let o = try root.object()
         try o.rejectUnknownKeys(allowed: ["server", "sinks", "demo", "engine", "simulate"])
         if let s = o.optional("server") {
             let so = try s.object()
-            try so.rejectUnknownKeys(allowed: ["bind", "port", "stateDir", "tls", "auth", "limits", "webRoot"])
+            try so.rejectUnknownKeys(allowed: ["bind", "port", "stateDir", "tls", "auth", "limits", "webRoot", "shutdownTimeout"])
             if let v = so.optional("bind") { config.server.bind = try v.nonEmptyString() }
             if let v = so.optional("port") { config.server.port = try int(v, 0...65535) }
-            if let v = so.optional("stateDir") { config.server.stateDir = try v.nonEmptyString() }
-            if let v = so.optional("webRoot") { config.server.webRoot = try v.nonEmptyString() }
+            if let v = so.optional("stateDir") { config.server.stateDir = resolve(try v.nonEmptyString()) }
+            if let v = so.optional("webRoot") { config.server.webRoot = resolve(try v.nonEmptyString()) }
+            if let v = so.optional("shutdownTimeout") {
+                config.server.shutdownTimeout = try positive(v)
+                guard config.server.shutdownTimeout <= 3600 else { throw v.expected("a number of seconds > 0 and <= 3600") }
+            }
             if let t = so.optional("tls") {
                 let to = try t.object()
                 try to.rejectUnknownKeys(allowed: ["cert", "key", "dir"])
-                config.server.tlsCert = try to.optional("cert")?.nonEmptyString()
-                config.server.tlsKey = try to.optional("key")?.nonEmptyString()
-                config.server.tlsDir = try to.optional("dir")?.nonEmptyString()
+                config.server.tlsCert = (try to.optional("cert")?.nonEmptyString()).map(resolve)
+                config.server.tlsKey = (try to.optional("key")?.nonEmptyString()).map(resolve)
+                config.server.tlsDir = (try to.optional("dir")?.nonEmptyString()).map(resolve)
                 if (config.server.tlsCert == nil) != (config.server.tlsKey == nil) {
                     throw t.error("give both \"cert\" and \"key\", or neither (a certificate is then generated)")
                 }
@@ -111,14 +143,18 @@ struct FlowScopeConfig: Sendable {
             }
         }
         if let s = o.optional("sinks") {
-            _ = try s.array()
-            config.sinks = s.value
+            // A sink's relative `path` option is relative to the config file too.
+            config.sinks = .array(try s.array().map { entry -> JSONValue in
+                guard case .object(var options) = entry.value, let path = options["path"]?.stringValue, !path.isEmpty else { return entry.value }
+                options["path"] = .string(resolve(path))
+                return .object(options)
+            })
         }
         if let d = o.optional("demo") {
             let dobj = try d.object()
             try dobj.rejectUnknownKeys(allowed: ["enabled", "scenario", "population", "rate"])
             if let v = dobj.optional("enabled") { config.demo.enabled = try v.bool() }
-            if let v = dobj.optional("scenario") { config.demo.scenario = try v.nonEmptyString() }
+            if let v = dobj.optional("scenario") { config.demo.scenario = resolve(try v.nonEmptyString()) }
             if let v = dobj.optional("population") {
                 throw v.error("demo traffic from a simulate population is not supported yet; give a backend scenario file in demo.scenario")
             }
@@ -128,9 +164,9 @@ struct FlowScopeConfig: Sendable {
             let eo = try e.object()
             try eo.rejectUnknownKeys(allowed: ["requestTimeout", "cacheDir", "cacheMaxBytes", "fallbackFile"])
             if let v = eo.optional("requestTimeout") { config.engine.requestTimeout = try positive(v) }
-            if let v = eo.optional("cacheDir") { config.engine.cacheDir = try v.nonEmptyString() }
+            if let v = eo.optional("cacheDir") { config.engine.cacheDir = resolve(try v.nonEmptyString()) }
             if let v = eo.optional("cacheMaxBytes") { config.engine.cacheMaxBytes = try int(v, 1...Int.max) }
-            if let v = eo.optional("fallbackFile") { config.engine.fallbackFile = try v.nonEmptyString() }
+            if let v = eo.optional("fallbackFile") { config.engine.fallbackFile = resolve(try v.nonEmptyString()) }
         }
         if let s = o.optional("simulate") { config.simulate = try SimulationConfig.decode(s) }
         try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion)
@@ -166,17 +202,35 @@ extension SinkRegistry {
 }
 
 let checkConfigCommand = Command(spec: CommandSpec(
-    name: "check-config", summary: "Validates a config file (flowscope.json5) without starting anything.",
-    usage: "check-config F", positionals: 1...1,
-    details: "Exit status: 0 when the file is valid, 2 with one line naming the file, the JSON path and what was expected."
+    name: "check-config", summary: "Runs every check serve makes before it starts, without starting or creating anything.",
+    usage: "check-config [F]", positionals: 0...1,
+    details: """
+    F defaults to the built-in config (identical to the repository's \(defaultConfigPath)). Checked: every
+    key and value, and what serve checks before it binds: the files it reads exist and are readable,
+    a configured certificate and key are PEM and match, the directories it writes are writable, the
+    demo scenario parses, every sink's options are valid. When it says ok, serve starts.
+    Exit status: 0 when valid, 2 with one line naming the file, the key and what is wrong.
+    """
 )) { args, io in
+    let path = args.positionals.first
+    if let path, let problem = ServeChecks.fileProblem(path) {
+        io.err("flowscope check-config: \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
+        return ExitStatus.usage
+    }
+    let config: FlowScopeConfig
     do throws(JSONInputError) {
-        let config = try FlowScopeConfig.load(path: args.positionals[0])
-        let sinks = (config.sinks.arrayValue ?? []).compactMap { $0["type"]?.stringValue }
-        io.out("\(args.positionals[0]): ok (sinks: \(sinks.joined(separator: ", ")); \(config.simulate.strategies.count) strategies)\n")
-        return ExitStatus.success
+        config = try FlowScopeConfig.load(path: path)
     } catch {
         io.err("flowscope check-config: \(error.description)\n")
         return ExitStatus.usage
     }
+    do throws(ServeStack.StartError) {
+        _ = try ServeChecks(config: config, overrides: ServeStack.Overrides())
+    } catch {
+        io.err("flowscope check-config: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    let sinks = (config.sinks.arrayValue ?? []).compactMap { $0["type"]?.stringValue }
+    io.out("\(path ?? FlowScopeConfig.embeddedName): ok (sinks: \(sinks.joined(separator: ", ")); \(config.simulate.strategies.count) strategies)\n")
+    return ExitStatus.success
 }

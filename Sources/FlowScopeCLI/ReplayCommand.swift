@@ -9,7 +9,7 @@ let replayCommand = Command(spec: CommandSpec(
     usage: "replay TRACE.jsonl [--serve] [--config F] [--port N]",
     options: [.init("events", "also print every event under its call"),
               .init("serve", "load the trace into the dashboard instead: serves it like `flowscope serve --no-demo`"),
-              .init("config", value: "F", "with --serve: config file (default \(defaultConfigPath))"),
+              .init("config", value: "F", "with --serve: config file (default: the built-in one)"),
               .init("port", value: "N", "with --serve: port (default: the config's, 8443)")],
     positionals: 1...1,
     details: "Trace files come from FLOWSCOPE_TRACE_DIR (one per test) or the jsonl sink.\n"
@@ -64,18 +64,6 @@ enum TraceFile {
 
 /// `replay --serve`: a dashboard stack with no demo traffic, holding the trace's events.
 private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Output) async -> Int32 {
-    let path = args.value("config") ?? defaultConfigPath
-    var config = FlowScopeConfig()
-    if args.value("config") != nil || FileManager.default.fileExists(atPath: path) {
-        do throws(JSONInputError) {
-            config = try FlowScopeConfig.load(path: path)
-        } catch {
-            io.err("flowscope replay: \(error.description)\n")
-            return ExitStatus.usage
-        }
-    }
-    // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.
-    config.sinks = [["type": "metrics"], ["type": "memory"]]
     var overrides = ServeStack.Overrides()
     overrides.noDemo = true
     if let p = args.value("port") {
@@ -85,6 +73,19 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
         }
         overrides.port = port
     }
+    if let path = args.value("config"), let problem = ServeChecks.fileProblem(path) {
+        io.err("flowscope replay: --config \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
+        return ExitStatus.usage
+    }
+    var config: FlowScopeConfig
+    do throws(JSONInputError) {
+        config = try FlowScopeConfig.load(path: args.value("config"))
+    } catch {
+        io.err("flowscope replay: \(error.description)\n")
+        return ExitStatus.usage
+    }
+    // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.
+    config.sinks = [["type": "metrics"], ["type": "memory"]]
     let stack: ServeStack
     do throws(ServeStack.StartError) {
         stack = try ServeStack(config: config, overrides: overrides)
@@ -95,12 +96,9 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
     stack.pipeline.ingest(envelopes)
     let run = envelopes.first?.run ?? "live"
     io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
+    StopSignals.install(label: "flowscope replay")
     io.out("Stop with Ctrl-C.\n")
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        stack.pipeline.shutdownOnSignals {
-            stack.stop()
-            done.resume()
-        }
-    }
+    await StopSignals.first()
+    await StopSignals.stop(label: "flowscope replay", timeout: config.server.shutdownTimeout) { stack.stop() }
     return ExitStatus.success
 }

@@ -8,8 +8,9 @@ import Glibc
 
 let serveCommand = Command(spec: CommandSpec(
     name: "serve", summary: "Serves the dashboard, /metrics, the JSON API, the live stream and ingest over HTTPS.",
-    usage: "serve [--config F] [--bind A] [--port N] [--no-demo] [--insecure-http]",
-    options: [.init("config", value: "F", "config file (default \(defaultConfigPath))"),
+    usage: "serve [--config F] [--state-dir D] [--bind A] [--port N] [--no-demo] [--insecure-http]",
+    options: [.init("config", value: "F", "config file (default: the built-in one, identical to the repository's \(defaultConfigPath))"),
+              .init("state-dir", value: "D", "state directory: certificate, token, stores (default: the config's, .flowscope)"),
               .init("bind", value: "A", "address to listen on (default: the config's, 127.0.0.1)"),
               .init("port", value: "N", "port (default: the config's, 8443; 0 picks a free one)"),
               .init("no-demo", "do not generate demo traffic"),
@@ -18,17 +19,13 @@ let serveCommand = Command(spec: CommandSpec(
     On first start, a self-signed certificate (EC P-256; SAN localhost, 127.0.0.1, ::1) and an access
     token are created in the state directory (default .flowscope/, files mode 0600). Bound to loopback,
     reads are open and ingest needs the token; bound elsewhere, every endpoint needs it.
-    SIGINT or SIGTERM stops it cleanly: every sink is drained and flushed.
+    Everything it needs is built in (the dashboard, the default config, the demo backend): it runs
+    from any directory. It checks what `check-config` checks before creating anything.
+    The first SIGINT or SIGTERM stops it cleanly: every sink is drained and flushed, within
+    server.shutdownTimeout (default 10 s). A second one exits at once with status 130.
     """
 )) { args, io in
-    let path = args.value("config") ?? defaultConfigPath
-    let config: FlowScopeConfig
-    do throws(JSONInputError) {
-        config = try FlowScopeConfig.load(path: path)
-    } catch {
-        io.err("flowscope serve: \(error.description)\n")
-        return ExitStatus.usage
-    }
+    // Flags first: a bad flag is reported before anything in the config.
     var overrides = ServeStack.Overrides()
     overrides.bind = args.value("bind")
     if let p = args.value("port") {
@@ -37,6 +34,24 @@ let serveCommand = Command(spec: CommandSpec(
             return ExitStatus.usage
         }
         overrides.port = port
+    }
+    if let d = args.value("state-dir") {
+        guard !d.isEmpty else {
+            io.err("flowscope serve: --state-dir expects a directory\n")
+            return ExitStatus.usage
+        }
+        overrides.stateDir = d
+    }
+    if let path = args.value("config"), let problem = ServeChecks.fileProblem(path) {
+        io.err("flowscope serve: --config \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
+        return ExitStatus.usage
+    }
+    let config: FlowScopeConfig
+    do throws(JSONInputError) {
+        config = try FlowScopeConfig.load(path: args.value("config"))
+    } catch {
+        io.err("flowscope serve: \(error.description)\n")
+        return ExitStatus.usage
     }
     overrides.noDemo = args.flag("no-demo")
     overrides.insecureHTTP = args.flag("insecure-http")
@@ -59,14 +74,11 @@ let serveCommand = Command(spec: CommandSpec(
     io.out("  token \(stack.token.path ?? "(from the config)")  (ingest: Authorization: Bearer <token>)\n")
     io.out("  metrics \(scheme)://\(host):\(stack.server.port)/metrics\n")
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
+    StopSignals.install(label: "flowscope serve")
     io.out("Stop with Ctrl-C.\n")
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        stack.pipeline.shutdownOnSignals {
-            stack.stop()
-            io.out("stopped; events flushed\n")
-            done.resume()
-        }
-    }
+    await StopSignals.first()
+    await StopSignals.stop(label: "flowscope serve", timeout: config.server.shutdownTimeout) { stack.stop() }
+    io.out("stopped; events flushed\n")
     return ExitStatus.success
 }
 

@@ -24,6 +24,8 @@ final class ServeStack: Sendable {
     struct Overrides: Sendable {
         var bind: String?
         var port: Int?
+        /// `--state-dir`: replaces `server.stateDir`.
+        var stateDir: String?
         var noDemo = false
         var insecureHTTP = false
         var log: @Sendable (String) -> Void = { _ in }
@@ -35,7 +37,9 @@ final class ServeStack: Sendable {
     }
 
     init(config: FlowScopeConfig, overrides: Overrides) throws(StartError) {
-        let stateDir = config.server.stateDir
+        // Everything check-config checks, before anything is created.
+        let checked = try ServeChecks(config: config, overrides: overrides)
+        let stateDir = checked.stateDir
         do {
             try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -43,12 +47,10 @@ final class ServeStack: Sendable {
             throw StartError(description: "\(stateDir): cannot create the state directory: \(error.localizedDescription)")
         }
         do throws(ServerFileError) {
-            if overrides.insecureHTTP {
-                tls = nil
-            } else if let cert = config.server.tlsCert, let key = config.server.tlsKey {
-                tls = try TLSMaterial.load(certPath: cert, keyPath: key)
-            } else {
-                tls = try TLSMaterial.loadOrCreate(tlsDirectory: config.server.tlsDir ?? stateDir + "/tls")
+            switch checked.tls {
+            case .none: tls = nil
+            case .configured(let cert, let key): tls = try TLSMaterial.load(certPath: cert, keyPath: key)
+            case .generated(let directory): tls = try TLSMaterial.loadOrCreate(tlsDirectory: directory)
             }
             if let configured = config.server.token {
                 token = try AuthToken(configured: configured)
@@ -59,17 +61,8 @@ final class ServeStack: Sendable {
             throw StartError(description: error.description)
         }
 
-        // A configured web root must be usable; without one, web/ is served when it is found.
-        let web: StaticFiles?
-        if let configured = config.server.webRoot {
-            do throws(ServerFileError) {
-                web = try StaticFiles(root: configured)
-            } catch {
-                throw StartError(description: "server.webRoot: \(error.description)")
-            }
-        } else {
-            web = Self.webRoot(configured: nil).flatMap { try? StaticFiles(root: $0) }
-        }
+        // The configured web root (checked: it has an index.html), else the embedded dashboard.
+        let web = checked.web
 
         var sinks: [any EventSink]
         do {
@@ -115,16 +108,9 @@ final class ServeStack: Sendable {
             throw StartError(description: "cannot start the server on \(serverConfig.bind):\(serverConfig.port): \(error.message)")
         }
 
-        if config.demo.enabled && !overrides.noDemo {
-            do throws(JSONInputError) {
-                let scenario = try Scenario.decode(try Self.read(config.demo.scenario), file: config.demo.scenario)
-                demo = DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"))
-                demo?.start()
-            } catch {
-                server.stop()
-                pipeline.shutdown()
-                throw StartError(description: "demo.scenario: \(error.description)")
-            }
+        if let scenario = checked.demo {
+            demo = DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"))
+            demo?.start()
         } else {
             demo = nil
         }
@@ -139,23 +125,6 @@ final class ServeStack: Sendable {
         pipeline.shutdown()
     }
 
-    /// The dashboard's files: the configured directory, else ./web, else web/ beside the package the
-    /// binary was built in.
-    static func webRoot(configured: String?) -> String? {
-        if let configured { return configured }
-        var candidates = ["web"]
-        let exe = URL(fileURLWithPath: CommandLine.arguments.first ?? "").resolvingSymlinksInPath()
-        candidates.append(exe.deletingLastPathComponent().appendingPathComponent("../../../web").standardized.path)
-        candidates.append(exe.deletingLastPathComponent().appendingPathComponent("../../web").standardized.path)
-        return candidates.first { FileManager.default.fileExists(atPath: $0 + "/index.html") }
-    }
-
-    static func read(_ path: String) throws(JSONInputError) -> String {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(bytes: data, encoding: .utf8) else {
-            throw JSONInputError(file: path, path: "$", message: "cannot read the file as UTF-8 text")
-        }
-        return text
-    }
 }
 
 /// Simulation results saved by `flowscope simulate` into the state directory, one JSON file per run.

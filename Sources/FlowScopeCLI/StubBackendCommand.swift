@@ -1,11 +1,9 @@
-import Dispatch
 import FlowFetch
 import FlowJSON
 import FlowScopeServer
 import FlowScopeTools
 import FlowSim
 import Foundation
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -65,9 +63,10 @@ let stubBackendCommand = Command(spec: CommandSpec(
         io.err("flowscope stub-backend: \(error.message)\n")
         return ExitStatus.usage
     }
+    StopSignals.install(label: "flowscope stub-backend")
     io.out("stub backend for \"\(scenario.name)\" on \(server.baseURL) (placements: \(scenario.backend.keys.sorted().joined(separator: ", ")))\n")
-    await StopSignal.wait()
-    server.stop()
+    await StopSignals.first()
+    await StopSignals.stop(label: "flowscope stub-backend", timeout: 10, what: "closing connections") { server.stop() }
     return ExitStatus.success
 }
 
@@ -79,29 +78,3 @@ let defaultStubScenario = Scenario(
                            variations: [Variation(id: "all-A", weight: 50), Variation(id: "all-B", weight: 50)]),
     ])],
     network: NetworkRules(latency: 0.05), steps: [])
-
-/// Waits for SIGINT or SIGTERM.
-enum StopSignal {
-    static func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let queue = DispatchQueue(label: "flowscope.signals")
-            let once = OnceFlag()
-            for sig in [SIGINT, SIGTERM] {
-                signal(sig, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-                // The handler holds its source: the pair lives until the process exits.
-                source.setEventHandler { [source] in
-                    _ = source
-                    if once.take() { continuation.resume() }
-                }
-                source.resume()
-            }
-        }
-    }
-}
-
-/// True exactly once.
-final class OnceFlag: Sendable {
-    private let done = Mutex(false)
-    func take() -> Bool { done.withLock { d in defer { d = true }; return !d } }
-}

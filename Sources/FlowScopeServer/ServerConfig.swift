@@ -24,14 +24,16 @@ public struct ServerConfig: Sendable {
     public var token: AuthToken?
     /// Resource limits.
     public var limits: ServerLimits
-    /// GnuTLS priority string: TLS 1.3 and 1.2 only, forward-secret key exchange, server order.
+    /// GnuTLS priority string: TLS 1.3, and TLS 1.2 with ECDHE and AEAD ciphers only; server order.
     public var tlsPriorities: String
     /// Receives libmicrohttpd's own diagnostics (one line each). Default: dropped.
     public var log: @Sendable (String) -> Void
 
-    /// The default GnuTLS priorities: TLS 1.2 minimum, no static-RSA key exchange.
+    /// The default GnuTLS priorities: TLS 1.3, and TLS 1.2 with ECDHE key exchange and AEAD ciphers
+    /// (AES-GCM, ChaCha20-Poly1305) only: no CBC suites (LUCKY13), no static RSA, no finite-field DH.
     public static let defaultTLSPriorities =
-        "SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-RSA:-VERS-SSL3.0:%SERVER_PRECEDENCE"
+        "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305"
+        + ":-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE"
 
     /// A configuration; everything but the TLS material has a default.
     public init(bind: String = "127.0.0.1", port: Int = 8443, tls: TLSMaterial?, insecureHTTP: Bool = false,

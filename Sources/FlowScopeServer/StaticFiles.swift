@@ -4,7 +4,8 @@ import Glibc
 import Darwin
 #endif
 
-/// Files served from one directory (the dashboard, `web/`): `/` is `index.html`.
+/// Files served from one directory (the dashboard, `web/`), or from memory (the dashboard compiled
+/// into the binary): `/` is `index.html`.
 ///
 /// Paths are checked before the file system is touched: backslashes, NUL, encoded `/`, `\`, `.` or NUL,
 /// `.` and `..` segments, empty segments and hidden names are refused (400); then the resolved real path
@@ -14,6 +15,8 @@ public struct StaticFiles: Sendable {
     public let root: String
     /// Largest file served.
     public let maxFileBytes: Int
+    /// Files held in memory by relative path (`index.html`, `js/app.js`); nil when served from `root`.
+    private let embedded: [String: [UInt8]]?
 
     /// Serves `root`, which must be an existing directory.
     public init(root: String, maxFileBytes: Int = 16 << 20) throws(ServerFileError) {
@@ -26,12 +29,35 @@ public struct StaticFiles: Sendable {
         }
         self.root = resolved
         self.maxFileBytes = maxFileBytes
+        self.embedded = nil
+    }
+
+    /// Serves `files` from memory, keyed by path relative to the root (`index.html`, `js/app.js`).
+    /// `root` is then `label`, as messages name it.
+    public init(files: [String: [UInt8]], label: String = "(embedded)") {
+        root = label
+        maxFileBytes = files.values.map(\.count).max() ?? 0
+        embedded = files
+    }
+
+    /// Whether `/` has a page to serve: `index.html` is present (and a regular file, on disk).
+    public var hasIndex: Bool {
+        if let embedded { return embedded["index.html"] != nil }
+        var st = stat()
+        return stat(root + "/index.html", &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
     /// The file for `request.rawPath`, or a JSON 400/404.
     public func response(for request: Request) -> Response {
         guard let relative = Self.safeRelativePath(request.rawPath) else {
             return .error(400, "invalid path")
+        }
+        if let embedded {
+            guard let bytes = embedded[relative] else { return .error(404, "no such file: /\(relative)") }
+            return Response(status: 200, headers: [
+                ("Content-Type", Self.contentType(forPath: relative)),
+                ("Cache-Control", "no-cache"),
+            ], body: bytes)
         }
         let candidate = root + "/" + relative
         guard let resolved = Self.realPath(candidate), resolved.hasPrefix(root + "/") else {

@@ -48,20 +48,29 @@ public struct TLSMaterial: Sendable, Equatable {
         return try loadOrCreate(tlsDirectory: stateDir + "/tls")
     }
 
+    /// How long a generated certificate is valid: 397 days, the most browsers accept.
+    public static let generatedValidityDays = 397
+    /// A generated certificate with less than this left (30 days) is replaced at start.
+    public static let renewalWindowSeconds = 30 * 86_400
+
     /// Loads the generated pair from `<tlsDirectory>/cert.pem` and `key.pem` (config `server.tls.dir`),
-    /// creating the directory (mode 0700) and the pair when absent.
+    /// creating the directory (mode 0700) and the pair when absent, and replacing the pair when the
+    /// certificate has less than `renewalWindowSeconds` left (or has expired).
     public static func loadOrCreate(tlsDirectory: String) throws(ServerFileError) -> TLSMaterial {
         let cert = tlsDirectory + "/cert.pem"
         let key = tlsDirectory + "/key.pem"
         let haveCert = StateDirectory.exists(cert)
         let haveKey = StateDirectory.exists(key)
-        if haveCert && haveKey { return try load(certPath: cert, keyPath: key) }
+        if haveCert && haveKey {
+            let existing = try load(certPath: cert, keyPath: key)
+            if try secondsUntilExpiry(ofPEM: existing.certPEM) >= renewalWindowSeconds { return existing }
+        }
         if haveCert != haveKey {
             let missing = haveCert ? key : cert
             throw ServerFileError(path: missing, message: "missing while its pair exists; remove both files to regenerate")
         }
         try StateDirectory.create(tlsDirectory)
-        let generated = try generateSelfSigned()
+        let generated = try generateSelfSigned(days: generatedValidityDays)
         try StateDirectory.writeFile(key, contents: generated.keyPEM, mode: 0o600)
         try StateDirectory.writeFile(cert, contents: generated.certPEM, mode: 0o644)
         return try load(certPath: cert, keyPath: key)
@@ -81,6 +90,16 @@ public struct TLSMaterial: Sendable, Equatable {
                            certPath: certPath, keyPath: keyPath)
     }
 
+    /// Seconds from now until the first certificate in `pem` expires (negative once it has).
+    public static func secondsUntilExpiry(ofPEM pem: String) throws(ServerFileError) -> Int {
+        let cert = try X509Box(pem: pem, path: "<memory>")
+        var days: Int32 = 0, seconds: Int32 = 0
+        guard ASN1_TIME_diff(&days, &seconds, nil, X509_get0_notAfter(cert.raw)) == 1 else {
+            throw ServerFileError(path: "<memory>", message: "unreadable certificate expiry (\(OpenSSLFailure("ASN1_TIME_diff").detail))")
+        }
+        return Int(days) * 86_400 + Int(seconds)
+    }
+
     /// Colon-separated uppercase hex of the SHA-256 of the first certificate in `pem`.
     public static func fingerprint(ofPEM pem: String) throws(ServerFileError) -> String {
         try X509Box(pem: pem, path: "<memory>").sha256Fingerprint(path: "<memory>")
@@ -88,7 +107,7 @@ public struct TLSMaterial: Sendable, Equatable {
 
     /// A fresh EC P-256 key and a self-signed certificate (SAN DNS:localhost, IP:127.0.0.1, IP:::1),
     /// valid from an hour ago for `days` days. Nothing is written.
-    public static func generateSelfSigned(days: Int = 825) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
+    public static func generateSelfSigned(days: Int = generatedValidityDays) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
         do {
             return try SelfSigned.generate(days: days)
         } catch {

@@ -81,10 +81,10 @@ struct CommandLineTests {
         let badPort = await flowscope("serve", "--port", "http", "--config", packageRoot + "/config/flowscope.json5")
         #expect(badPort.status == 2)
         #expect(badPort.err == "flowscope serve: --port expects a port number 0-65535, got http\n")
-        let noFile = await flowscope("check-config")
-        #expect(noFile.status == 2)
-        #expect(noFile.err.hasPrefix("flowscope check-config: expected 1 argument, got 0"))
-        #expect(noFile.err.filter { $0 == "\n" }.count == 1)
+        let twoFiles = await flowscope("check-config", "a.json5", "b.json5")
+        #expect(twoFiles.status == 2)
+        #expect(twoFiles.err.hasPrefix("flowscope check-config: expected 0 to 1 argument, got 2"))
+        #expect(twoFiles.err.filter { $0 == "\n" }.count == 1)
     }
 
     @Test("run FILE --json prints the scenario result object and exits 0 when every expectation holds")

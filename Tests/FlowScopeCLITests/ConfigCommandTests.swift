@@ -33,6 +33,7 @@ struct ConfigCommandTests {
         (#"{ simulate: { strategies: [ { name: "x", bogus: {} } ] } }"#, #"$.simulate.strategies[0].bogus: unknown key "bogus""#),
         (#"{ simulate: { strategies: [ { name: "x", atPaywall: { loadTimeout: "five" } } ] } }"#, #"$.simulate.strategies[0].atPaywall.loadTimeout: expected"#),
         (#"{ server: "#, #"$.server (line 1, column 11): unexpected end of input"#),
+        (#"{ server: { shutdownTimeout: 0 } }"#, #"$.server.shutdownTimeout: expected a number > 0"#),
     ]
 
     @Test("bad configs exit 2 with one line naming the file and the JSON path, from check-config and from serve alike")
@@ -55,32 +56,34 @@ struct ConfigCommandTests {
         }
         let missing = await flowscope("check-config", dir + "/missing.json5")
         #expect(missing.status == 2)
-        #expect(missing.err == "flowscope check-config: \(dir)/missing.json5: $: cannot read the file\n")
+        #expect(missing.err == "flowscope check-config: \(dir)/missing.json5: not found\n")
     }
 
     @Test("a configured certificate or key that is missing, not PEM, or not a pair is a clear error at start (exit 2)")
     func badCertificates() async throws {
-        let dir = makeTemporaryDirectory("tls")
+        let dir = (makeTemporaryDirectory("tls") as NSString).standardizingPath
         defer { removeDirectory(dir) }
         #expect(await flowscope("cert", "--dir", dir + "/a").status == 0)
         #expect(await flowscope("cert", "--dir", dir + "/b").status == 0)
         try write("not a certificate\n", to: dir + "/garbage.pem")
         let cases: [(cert: String, key: String, message: String)] = [
-            (dir + "/none.pem", dir + "/a/key.pem", "\(dir)/none.pem: file not found"),
-            (dir + "/a/cert.pem", dir + "/none.pem", "\(dir)/none.pem: file not found"),
-            (dir + "/garbage.pem", dir + "/a/key.pem", "\(dir)/garbage.pem: expected a PEM certificate"),
-            (dir + "/a/cert.pem", dir + "/garbage.pem", "\(dir)/garbage.pem: expected a PEM private key"),
-            (dir + "/a/cert.pem", dir + "/b/key.pem", "\(dir)/b/key.pem: private key does not match the certificate \(dir)/a/cert.pem"),
+            (dir + "/none.pem", dir + "/a/key.pem", "$.server.tls.cert: \(dir)/none.pem: not found"),
+            (dir + "/a/cert.pem", dir + "/none.pem", "$.server.tls.key: \(dir)/none.pem: not found"),
+            (dir + "/garbage.pem", dir + "/a/key.pem", "$.server.tls.cert: \(dir)/garbage.pem: expected a PEM certificate"),
+            (dir + "/a/cert.pem", dir + "/garbage.pem", "$.server.tls.key: \(dir)/garbage.pem: expected a PEM private key"),
+            (dir + "/a/cert.pem", dir + "/b/key.pem", "$.server.tls.key: \(dir)/b/key.pem: private key does not match the certificate \(dir)/a/cert.pem"),
         ]
         for (i, c) in cases.enumerated() {
             let config = "\(dir)/config-\(i).json5"
             try write("""
             { server: { port: 0, stateDir: "\(dir)/state", tls: { cert: "\(c.cert)", key: "\(c.key)" } }, demo: { enabled: false } }
             """, to: config)
-            #expect(await flowscope("check-config", config).status == 0, "the file itself is valid")
+            let check = await flowscope("check-config", config)
+            #expect(check.status == 2, "check-config refuses what serve refuses")
+            #expect(check.err.hasPrefix("flowscope check-config: \(config): \(c.message)"), "\(check.err)")
             let serve = await flowscope("serve", "--config", config, "--no-demo")
             #expect(serve.status == 2)
-            #expect(serve.err.hasPrefix("flowscope serve: \(c.message)"), "\(serve.err)")
+            #expect(serve.err.hasPrefix("flowscope serve: \(config): \(c.message)"), "\(serve.err)")
             #expect(serve.err.filter { $0 == "\n" }.count == 1)
             #expect(serve.out.isEmpty)
         }
@@ -154,10 +157,10 @@ struct ServeStartFailureTests {
         let dir = makeTemporaryDirectory("start")
         defer { removeDirectory(dir) }
         try write("x", to: dir + "/file")
-        for root in [dir + "/none", dir + "/file"] {
+        for (root, problem) in [(dir + "/none", "not found"), (dir + "/file", "not a directory")] {
             let config = try config(#"{ server: { port: 0, stateDir: "\#(dir)/state", webRoot: "\#(root)" }, demo: { enabled: false } }"#, in: dir)
             let message = startError(config, ServeStack.Overrides(port: 0, noDemo: true))
-            #expect(message?.hasPrefix("server.webRoot: \(root)") == true, "\(message ?? "started")")
+            #expect(message == "\(dir)/flowscope.json5: $.server.webRoot: \(root): \(problem)", "\(message ?? "started")")
         }
     }
 
@@ -167,7 +170,7 @@ struct ServeStartFailureTests {
         defer { removeDirectory(dir) }
         let config = try config(#"{ server: { port: 0, stateDir: "\#(dir)/state" }, demo: { enabled: true, scenario: "\#(dir)/none.json5" } }"#, in: dir)
         let message = startError(config, ServeStack.Overrides(port: 0))
-        #expect(message?.hasPrefix("demo.scenario: \(dir)/none.json5") == true, "\(message ?? "started")")
+        #expect(message == "\(dir)/flowscope.json5: $.demo.scenario: \(dir)/none.json5: not found", "\(message ?? "started")")
         // --no-demo starts it regardless.
         #expect(startError(config, ServeStack.Overrides(port: 0, noDemo: true)) == nil)
     }

@@ -21,20 +21,16 @@ struct ServeEndpointTests {
         #expect(reply.text == page)
     }
 
-    @Test("GET / without a configured web root: the repository's web/ dashboard, or a 404 JSON error while web/ is missing")
+    @Test("GET / without a configured web root serves the embedded dashboard, byte for byte the repository's web/")
     func dashboardDefault() throws {
         let fixture = try StackFixture()
-        let reply = try fixture.get("/")
-        if FileManager.default.fileExists(atPath: packageRoot + "/web/index.html") || ServeStack.webRoot(configured: nil) != nil {
-            #expect(reply.status == 200)
-            #expect(reply.header("content-type")?.hasPrefix("text/html") == true)
-            #expect(reply.text.lowercased().contains("<html"))
-        } else {
-            // web/ is not in this checkout yet: the router answers like any unknown path.
-            #expect(reply.status == 404)
-            #expect(reply.header("content-type") == "application/json")
-            #expect(reply.errorMessage?.contains("/") == true, "\(reply.text)")
+        for (path, file) in [("/", "index.html"), ("/app.js", "app.js"), ("/style.css", "style.css")] {
+            let reply = try fixture.get(path)
+            #expect(reply.status == 200, "\(path)")
+            #expect(reply.body == [UInt8](try Data(contentsOf: URL(fileURLWithPath: packageRoot + "/web/" + file))), "\(path)")
         }
+        #expect(try fixture.get("/").header("content-type")?.hasPrefix("text/html") == true)
+        #expect(try fixture.get("/README.md").status == 404, "the directory's README is not served")
     }
 
     @Test("GET /healthz answers {\"status\":\"ok\"}")

@@ -27,9 +27,10 @@ public final class TestConnection: @unchecked Sendable {
     private var buffer: [UInt8] = []
     public private(set) var closedByPeer = false
 
-    /// Connects; `maxTLSVersion` caps the protocol (e.g. TLS1_1_VERSION); `tls: false` speaks plain TCP.
+    /// Connects; `maxTLSVersion` caps the protocol (e.g. TLS1_1_VERSION); `ciphers` is the only
+    /// TLS 1.2 cipher list offered (OpenSSL names); `tls: false` speaks plain TCP.
     public init(host: String = "127.0.0.1", port: Int, tls: Bool = true, maxTLSVersion: Int? = nil,
-         timeout: Double = 5) throws {
+         ciphers: String? = nil, timeout: Double = 5) throws {
         let v6 = host.contains(":")
         fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ClientError("socket failed") }
@@ -68,6 +69,9 @@ public final class TestConnection: @unchecked Sendable {
             SSL_CTX_set_cipher_list(ctx, "DEFAULT:@SECLEVEL=0")
             SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_VERSION), nil)
             SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION, maxTLSVersion, nil)
+        }
+        if let ciphers, SSL_CTX_set_cipher_list(ctx, ciphers) != 1 {
+            throw ClientError("OpenSSL knows no cipher in \(ciphers)")
         }
         ssl = SSL_new(ctx)
         SSL_set_fd(ssl, fd)

@@ -56,16 +56,19 @@ public final class SQLiteSink: EventSink {
         }
 
         /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[1]`):
-        /// `path` (string, required), `retention` (seconds), `batchSize`, `retentionInterval`,
-        /// `busyTimeout` (seconds).
+        /// `path` (string, default `<stateDirectory>/events.sqlite`), `retention` (seconds), `batchSize`,
+        /// `retentionInterval`, `busyTimeout` (seconds).
         /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
         /// error naming its JSON path.
-        public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
+        public init(json: [String: JSONValue], path: String = "$", stateDirectory: String = ".flowscope") throws(JSONInputError) {
             let object = JSONObjectCursor(path: path, members: json)
             try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval", "busyTimeout"])
-            let file = try object.required("path")
-            guard let filePath = file.value.stringValue, !filePath.isEmpty else {
-                throw file.expected("the database file path as a non-empty string")
+            var filePath = stateDirectory + "/events.sqlite"
+            if let file = object.optional("path") {
+                guard let given = file.value.stringValue, !given.isEmpty else {
+                    throw file.expected("the database file path as a non-empty string")
+                }
+                filePath = given
             }
             self.init(path: filePath)
             if let value = object.optional("retention"), !value.isNull {
@@ -474,7 +477,7 @@ extension SQLiteSink {
 
         /// Reads ``Options``; opens nothing.
         public func options(from context: SinkContext) throws(JSONInputError) -> Options {
-            try Options(json: context.options, path: context.path)
+            try Options(json: context.options, path: context.path, stateDirectory: context.stateDirectory)
         }
 
         /// Opens (or creates) the database.

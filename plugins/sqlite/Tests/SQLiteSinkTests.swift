@@ -285,9 +285,8 @@ struct SQLiteSinkTests {
         let ok = try SQLiteSink.Options(json: ["type": "sqlite", "enabled": true, "path": "a/b.db", "retention": 3600, "batchSize": 200],
                                         path: "$.sinks[1]")
         #expect(ok == SQLiteSink.Options(path: "a/b.db", retention: 3600, batchSize: 200))
-        #expect(throws: JSONInputError(path: "$.sinks[1]", message: "missing required key \"path\"")) {
-            try SQLiteSink.Options(json: ["type": "sqlite"], path: "$.sinks[1]")
-        }
+        // Without a path, the database lives in the state directory.
+        #expect(try SQLiteSink.Options(json: ["type": "sqlite"], path: "$.sinks[1]", stateDirectory: "/srv/fs").path == "/srv/fs/events.sqlite")
         #expect(throws: JSONInputError(path: "$.sinks[1].path", message: "expected the database file path as a non-empty string, got an empty string")) {
             try SQLiteSink.Options(json: ["path": ""], path: "$.sinks[1]")
         }
@@ -306,8 +305,8 @@ struct SQLiteSinkTests {
         let text = try String(contentsOfFile: root.path + "/config/flowscope.json5", encoding: .utf8)
         let sinks = try #require(try JSON5.parse(text)["sinks"]?.arrayValue)
         let index = try #require(sinks.firstIndex { $0["type"] == "sqlite" })
-        let options = try SQLiteSink.Options(json: try #require(sinks[index].objectValue), path: "$.sinks[\(index)]")
-        #expect(!options.path.isEmpty)
+        let options = try SQLiteSink.Options(json: try #require(sinks[index].objectValue), path: "$.sinks[\(index)]", stateDirectory: "/state")
+        #expect(options.path == (sinks[index]["path"]?.stringValue ?? "/state/events.sqlite"))
         #expect(options.retention == sinks[index]["retention"]?.numberValue)
     }
 

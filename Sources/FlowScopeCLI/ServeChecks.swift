@@ -1,0 +1,192 @@
+import FlowEvents
+import FlowJSON
+import FlowScopeServer
+import FlowSim
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every check `serve` makes before it binds, and nothing else: no directory is created, no file
+/// written. `check-config` runs exactly these, so when it says ok, `serve` starts (unless the port is
+/// taken). Each failure is one line naming the config file and key (or the flag), the resolved path
+/// and what is wrong with it as it is: "not found", "not readable", "not a directory", ...
+struct ServeChecks: Sendable {
+    /// Where the certificate comes from.
+    enum TLSSource: Sendable, Equatable {
+        /// `--insecure-http`: none.
+        case none
+        /// `server.tls.cert` and `server.tls.key`, both checked (PEM, key matches).
+        case configured(cert: String, key: String)
+        /// Generated into this directory on first start (and renewed near expiry).
+        case generated(directory: String)
+    }
+
+    /// The state directory serve creates once the checks pass.
+    let stateDir: String
+    let tls: TLSSource
+    /// The dashboard: `server.webRoot` when configured, else the embedded one.
+    let web: StaticFiles
+    /// The demo backend to play, nil when demo traffic is off.
+    let demo: Scenario?
+
+    /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario.
+    init(config: FlowScopeConfig, overrides: ServeStack.Overrides) throws(ServeStack.StartError) {
+        let file = config.file ?? FlowScopeConfig.embeddedName
+        func fail(_ key: String, _ path: String, _ problem: String) -> ServeStack.StartError {
+            ServeStack.StartError(description: "\(file): $.\(key): \(FlowScopeConfig.absolutePath(path)): \(problem)")
+        }
+
+        // The state directory: an existing writable directory, or one that can be created.
+        let stateDir = overrides.stateDir ?? config.server.stateDir
+        if let problem = Self.directoryProblem(stateDir) {
+            if overrides.stateDir != nil {
+                throw ServeStack.StartError(description: "--state-dir \(FlowScopeConfig.absolutePath(stateDir)): \(problem)")
+            }
+            if config.server.stateDir == FlowScopeConfig.Server().stateDir {
+                throw ServeStack.StartError(description: "state directory \(FlowScopeConfig.absolutePath(stateDir)): \(problem) "
+                                            + "(set server.stateDir or --state-dir)")
+            }
+            throw fail("server.stateDir", stateDir, problem)
+        }
+        self.stateDir = stateDir
+
+        // TLS: a configured pair must exist, be PEM and match; a generated pair is read if present.
+        if overrides.insecureHTTP {
+            tls = .none
+        } else if let cert = config.server.tlsCert, let key = config.server.tlsKey {
+            if let problem = Self.fileProblem(cert) { throw fail("server.tls.cert", cert, problem) }
+            if let problem = Self.fileProblem(key) { throw fail("server.tls.key", key, problem) }
+            do throws(ServerFileError) {
+                _ = try TLSMaterial.load(certPath: cert, keyPath: key)
+            } catch {
+                throw fail(error.path == key ? "server.tls.key" : "server.tls.cert", error.path, error.message)
+            }
+            tls = .configured(cert: cert, key: key)
+        } else {
+            let directory = config.server.tlsDir ?? stateDir + "/tls"
+            let key = config.server.tlsDir != nil ? "server.tls.dir" : "server.stateDir"
+            let certFile = directory + "/cert.pem", keyFile = directory + "/key.pem"
+            let haveCert = FileManager.default.fileExists(atPath: certFile), haveKey = FileManager.default.fileExists(atPath: keyFile)
+            if haveCert && haveKey {
+                do throws(ServerFileError) {
+                    _ = try TLSMaterial.load(certPath: certFile, keyPath: keyFile)
+                } catch {
+                    throw fail(key, error.path, error.message + " (remove cert.pem and key.pem to regenerate)")
+                }
+            } else if haveCert != haveKey {
+                throw fail(key, haveCert ? keyFile : certFile, "not found while its pair exists; remove both files to regenerate")
+            } else if let problem = Self.directoryProblem(directory) {
+                throw fail(key, directory, problem)
+            }
+            tls = .generated(directory: directory)
+        }
+
+        // The token: a configured one is well formed; a generated one already on disk is readable.
+        do throws(ServerFileError) {
+            if let configured = config.server.token {
+                _ = try AuthToken(configured: configured)
+            } else if FileManager.default.fileExists(atPath: AuthToken.path(stateDir: stateDir)) {
+                _ = try AuthToken.loadOrCreate(stateDir: stateDir)  // reads only: the file exists
+            }
+        } catch {
+            throw config.server.token != nil
+                ? ServeStack.StartError(description: "\(file): $.server.auth.token: \(error.message)")
+                : fail("server.stateDir", error.path, error.message)
+        }
+
+        // The dashboard: a configured web root is a directory with an index.html, so GET / has a page.
+        if let root = config.server.webRoot {
+            if let problem = Self.directoryProblem(root, mustExist: true, writable: false) { throw fail("server.webRoot", root, problem) }
+            do throws(ServerFileError) {
+                web = try StaticFiles(root: root)
+            } catch {
+                throw fail("server.webRoot", root, error.message)
+            }
+            guard web.hasIndex else {
+                throw fail("server.webRoot", root, "has no index.html, so GET / would have nothing to serve")
+            }
+        } else {
+            web = StaticFiles(files: EmbeddedFiles.dashboard, label: "(embedded dashboard)")
+        }
+
+        // Sinks: every option valid (the registry's validation, which opens nothing), and every file
+        // a sink writes in a directory that exists or can be created.
+        do throws(JSONInputError) {
+            try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
+        } catch {
+            throw ServeStack.StartError(description: error.inFile(file).description)
+        }
+        for (i, sink) in (config.sinks.arrayValue ?? []).enumerated() where sink["enabled"]?.boolValue != false {
+            guard let path = sink["path"]?.stringValue else { continue }
+            if FileManager.default.fileExists(atPath: path) {
+                if access(path, W_OK) != 0 { throw fail("sinks[\(i)].path", path, Self.describe(errno: errno)) }
+            } else if let problem = Self.directoryProblem((path as NSString).deletingLastPathComponent) {
+                let directory = FlowScopeConfig.absolutePath((path as NSString).deletingLastPathComponent)
+                throw fail("sinks[\(i)].path", path, "directory \(directory): \(problem)")
+            }
+        }
+
+        // The demo backend: the configured scenario file, or the embedded one, parses.
+        if config.demo.enabled && !overrides.noDemo {
+            let text: String, name: String
+            if let path = config.demo.scenario {
+                if let problem = Self.fileProblem(path) { throw fail("demo.scenario", path, problem) }
+                guard let data = FileManager.default.contents(atPath: path) else { throw fail("demo.scenario", path, "not readable") }
+                text = String(decoding: data, as: UTF8.self)
+                name = path
+            } else {
+                text = EmbeddedFiles.demoScenario
+                name = EmbeddedFiles.demoScenarioName
+            }
+            do throws(JSONInputError) {
+                demo = try Scenario.decode(text, file: name)
+            } catch {
+                throw ServeStack.StartError(description: "\(file): $.demo.scenario: \(error.description)")
+            }
+        } else {
+            demo = nil
+        }
+    }
+
+    /// What keeps `path` from being read as a file, or nil when it can be.
+    static func fileProblem(_ path: String) -> String? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return describe(errno: errno) }
+        if (st.st_mode & S_IFMT) == S_IFDIR { return "is a directory, expected a file" }
+        guard access(path, R_OK) == 0 else { return "not readable (\(describe(errno: errno)))" }
+        return nil
+    }
+
+    /// `fileProblem`, for an error message: "not found" when the file is missing.
+    static func whyUnreadable(_ path: String) -> String { fileProblem(path) ?? "cannot read the file" }
+
+    /// What keeps `path` from being a usable directory (writable, when `writable`), or nil. A
+    /// directory that does not exist is fine unless `mustExist`, when its nearest existing parent is a
+    /// writable directory (it can be created).
+    static func directoryProblem(_ path: String, mustExist: Bool = false, writable: Bool = true) -> String? {
+        var st = stat()
+        if stat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFDIR else { return "not a directory" }
+            guard !writable || access(path, W_OK | X_OK) == 0 else { return "not writable (\(describe(errno: errno)))" }
+            return nil
+        }
+        guard errno == ENOENT || errno == ENOTDIR else { return describe(errno: errno) }
+        if mustExist { return "not found" }
+        var parent = (FlowScopeConfig.absolutePath(path) as NSString).deletingLastPathComponent
+        while !parent.isEmpty, parent != "/", stat(parent, &st) != 0 { parent = (parent as NSString).deletingLastPathComponent }
+        if stat(parent, &st) == 0, (st.st_mode & S_IFMT) != S_IFDIR { return "cannot be created: \(parent) is not a directory" }
+        guard access(parent, W_OK | X_OK) == 0 else { return "cannot be created: \(parent) is not writable" }
+        return nil
+    }
+
+    /// errno in words: "not found" for ENOENT, "not readable (permission denied)" for EACCES.
+    static func describe(errno code: Int32) -> String {
+        switch code {
+        case ENOENT: return "not found"
+        case EACCES, EPERM: return "permission denied"
+        case ENOTDIR: return "not found (a parent is not a directory)"
+        default: return String(cString: strerror(code))
+        }
+    }
+}

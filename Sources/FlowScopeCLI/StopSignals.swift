@@ -1,0 +1,102 @@
+import Dispatch
+import FlowEvents
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How every long-running command (`serve`, `replay --serve`, `stub-backend`) stops.
+///
+/// The first SIGINT or SIGTERM starts a graceful stop: the command stops accepting, drains and
+/// flushes, and exits 0, within a bound (`server.shutdownTimeout`), saying on stderr what it waits
+/// for once that takes over a second. A second signal exits at once with status 130. Signals are
+/// read by `SignalRelay`'s thread and the stop runs on another, so a stop that blocks threads cannot
+/// hold the second signal up.
+enum StopSignals {
+    private struct State {
+        var installed = false
+        var received = 0
+        var waiter: CheckedContinuation<Void, Never>?
+        var label = "flowscope"
+    }
+    private static let state = Mutex(State())
+
+    /// Takes over SIGINT and SIGTERM for the rest of the process. `label` starts the lines printed
+    /// (`flowscope serve`). Call before announcing "Stop with Ctrl-C", so no signal is missed.
+    static func install(label: String) {
+        let install = state.withLock { s -> Bool in
+            s.label = label
+            defer { s.installed = true }
+            return !s.installed
+        }
+        guard install else { return }
+        SignalRelay.install([SIGINT, SIGTERM]) { received() }
+    }
+
+    /// Returns once the first SIGINT or SIGTERM has arrived (at once if it already has).
+    static func first() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // The waiter is stored or resumed here, and taken out under the lock by `received`:
+            // each continuation is resumed exactly once, however many signals arrive.
+            let already = state.withLock { s -> Bool in
+                if s.received > 0 { return true }
+                s.waiter = continuation
+                return false
+            }
+            if already { continuation.resume() }
+        }
+    }
+
+    private static func received() {
+        let (count, waiter, label) = state.withLock { s in
+            s.received += 1
+            defer { s.waiter = nil }
+            return (s.received, s.waiter, s.label)
+        }
+        if count == 1 {
+            waiter?.resume()
+        } else {
+            writeAll(2, "\(label): second signal: exiting now, without waiting for the stop to finish\n")
+            _exit(130)
+        }
+    }
+
+    /// Runs `stop` on a thread of its own and waits for it, at most `timeout` seconds. After a second,
+    /// prints on stderr each second how long it has waited; past `timeout` it says so and exits with
+    /// status 1 (what was not yet drained is lost). Returns when `stop` has finished.
+    static func stop(label: String, timeout: Double, what: String = "draining sinks", _ stop: @escaping @Sendable () -> Void) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let finished = DispatchSemaphore(value: 0)
+            let worker = Thread {
+                stop()
+                finished.signal()
+            }
+            worker.name = "flowscope.stop"
+            worker.start()
+            let watcher = Thread {
+                let start = ContinuousClock.now
+                var reported = 0
+                while finished.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
+                    let elapsed = ContinuousClock.now - start
+                    if elapsed >= .seconds(timeout) {
+                        writeAll(2, "\(label): still \(what) after \(seconds(timeout)) s (server.shutdownTimeout): exiting without waiting further\n")
+                        _exit(ExitStatus.failure)
+                    }
+                    let whole = Int(elapsed.components.seconds)
+                    if whole >= 1 && whole > reported {
+                        reported = whole
+                        writeAll(2, "\(label): stopping: \(what), \(whole) s of at most \(seconds(timeout)) s (a second Ctrl-C exits now)\n")
+                    }
+                }
+                continuation.resume()
+            }
+            watcher.name = "flowscope.stop-watch"
+            watcher.start()
+        }
+    }
+
+    private static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
+    }
+}

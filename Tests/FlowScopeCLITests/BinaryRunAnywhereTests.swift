@@ -1,0 +1,239 @@
+import FlowJSON
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+@testable import FlowScopeCLI
+
+/// A `flowscope` process whose output is collected as it comes; killed by a watchdog after `limit` s.
+final class RunningFlowScope {
+    let process: Process
+    private let out: DataBox, err: DataBox
+    private let watchdog: DispatchWorkItem
+
+    init(_ binary: String, _ arguments: [String], in directory: String, limit: Double = 60) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        let out = DataBox(), err = DataBox()
+        self.out = out
+        self.err = err
+        for (pipe, box) in [(stdout, out), (stderr, err)] {
+            pipe.fileHandleForReading.readabilityHandler = { handle in
+                let data = handle.availableData
+                box.value.withLock { $0.append(data) }
+            }
+        }
+        try process.run()
+        let pid = process.processIdentifier
+        watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + limit, execute: watchdog)
+    }
+
+    var stdout: String { String(decoding: out.value.withLock { $0 }, as: UTF8.self) }
+    var stderr: String { String(decoding: err.value.withLock { $0 }, as: UTF8.self) }
+    var pid: Int32 { process.processIdentifier }
+
+    /// Waits (up to `seconds`) for the process to end; nil if it is still running.
+    func exit(within seconds: Double) async -> (reason: Process.TerminationReason, status: Int32)? {
+        guard await poll(seconds, { !process.isRunning }) else { return nil }
+        process.waitUntilExit()
+        return (process.terminationReason, process.terminationStatus)
+    }
+
+    deinit {
+        watchdog.cancel()
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// The built binary, copied alone into a fresh directory as `make install PREFIX=<dir>` would: it must
+/// carry everything it serves.
+func installedBinary(in dir: String) throws -> String {
+    let built = try #require(flowscopeBinary(), "build the flowscope product first (swift build)")
+    try FileManager.default.createDirectory(atPath: dir + "/bin", withIntermediateDirectories: true)
+    try FileManager.default.copyItem(atPath: built, toPath: dir + "/bin/flowscope")
+    return dir + "/bin/flowscope"
+}
+
+/// A TCP port on 127.0.0.1 that listens and never accepts: connections complete, nothing is answered.
+final class BlackholeListener {
+    let fd: Int32
+    let port: Int
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.fd = fd
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr)
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 128) == 0 else { throw ClientError("cannot listen: errno \(errno)") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    deinit { close(fd) }
+}
+
+/// "RealTime" in the name: `make test` runs it in the serial second pass (wall-clock waits, processes).
+@Suite("the installed flowscope binary")
+struct BinaryRunAnywhereRealTimeTests {
+    @Test("installed alone, started from an empty directory with no config: serves the dashboard, demo traffic and /metrics")
+    func emptyDirectory() async throws {
+        let dir = makeTemporaryDirectory("installed")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        try FileManager.default.createDirectory(atPath: dir + "/work", withIntermediateDirectories: true)
+        let serve = try RunningFlowScope(binary, ["serve", "--port", "0"], in: dir + "/work")
+        #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "\(serve.stdout) \(serve.stderr)")
+        let port = try #require(serve.stdout.firstMatch(of: /serving https:\/\/localhost:(\d+)\//).flatMap { Int($0.1) }, "\(serve.stdout)")
+        #expect(serve.stdout.contains("demo traffic on"))
+
+        let page = try TestConnection(port: port).request("GET", "/")
+        #expect(page.status == 200)
+        #expect(page.body == [UInt8](try Data(contentsOf: URL(fileURLWithPath: packageRoot + "/web/index.html"))))
+        #expect(try TestConnection(port: port).request("GET", "/app.js").status == 200)
+        #expect(try await poll(20) {
+            let events = try JSON5.parse(try TestConnection(port: port).request("GET", "/api/events?name=fetch.end&run=live").text)
+            return (events["events"]?.arrayValue?.count ?? 0) >= 2
+        }, "demo traffic reaches the dashboard")
+        let metrics = try TestConnection(port: port).request("GET", "/metrics")
+        #expect(metrics.status == 200)
+        #expect(metrics.text.contains("flowscope_fetch_duration_seconds"), "\(metrics.text.prefix(300))")
+        #expect(FileManager.default.fileExists(atPath: dir + "/work/.flowscope/tls/cert.pem"), "state in the working directory")
+
+        kill(serve.pid, SIGINT)
+        let end = await serve.exit(within: 15)
+        #expect(end?.reason == .exit && end?.status == 0, "\(String(describing: end)) \(serve.stderr)")
+        #expect(serve.stdout.contains("stopped; events flushed\n"))
+    }
+
+    @Test("two SIGINTs back to back: serve exits 0 or 130, ten times out of ten, never a crash")
+    func doubleInterruptServe() async throws {
+        let dir = makeTemporaryDirectory("sigint")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        var statuses: [Int32] = []
+        for round in 0..<10 {
+            let serve = try RunningFlowScope(binary, ["serve", "--port", "0", "--state-dir", dir + "/state"], in: dir)
+            #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "round \(round): \(serve.stderr)")
+            try await Task.sleep(for: .milliseconds(200))  // some demo traffic in flight
+            kill(serve.pid, SIGINT)
+            kill(serve.pid, SIGINT)
+            let end = await serve.exit(within: 15)
+            #expect(end?.reason == .exit, "round \(round): \(String(describing: end)) \(serve.stderr)")
+            #expect(end?.status == 0 || end?.status == 130, "round \(round): \(String(describing: end)) \(serve.stderr)")
+            #expect(!serve.stderr.contains("Fatal error") && !serve.stderr.contains("CONTINUATION MISUSE"), "\(serve.stderr)")
+            statuses.append(end?.status ?? -1)
+        }
+        #expect(statuses.count == 10)
+    }
+
+    @Test("two SIGINTs back to back: stub-backend and replay --serve exit 0 or 130 too")
+    func doubleInterruptOthers() async throws {
+        let dir = makeTemporaryDirectory("sigint")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        try write("", to: dir + "/empty.jsonl")
+        let runs: [([String], String)] = [
+            (["stub-backend", "--port", "0"], "stub backend for"),
+            (["replay", dir + "/empty.jsonl", "--serve", "--port", "0"], "Stop with Ctrl-C.\n"),
+        ]
+        for (arguments, ready) in runs {
+            for round in 0..<3 {
+                let running = try RunningFlowScope(binary, arguments, in: dir)
+                #expect(await poll(20) { running.stdout.contains(ready) }, "\(arguments[0]): \(running.stderr)")
+                kill(running.pid, SIGINT)
+                kill(running.pid, SIGINT)
+                let end = await running.exit(within: 15)
+                #expect(end?.reason == .exit && (end?.status == 0 || end?.status == 130),
+                        "\(arguments[0]) round \(round): \(String(describing: end)) \(running.stderr)")
+            }
+            // One SIGTERM alone: a graceful stop, status 0.
+            let running = try RunningFlowScope(binary, arguments, in: dir)
+            #expect(await poll(20) { running.stdout.contains(ready) })
+            kill(running.pid, SIGTERM)
+            let end = await running.exit(within: 15)
+            #expect(end?.reason == .exit && end?.status == 0, "\(arguments[0]): \(String(describing: end)) \(running.stderr)")
+        }
+    }
+
+    @Test("a stop that hangs is cut at server.shutdownTimeout with progress on stderr; a second SIGINT during it exits 130 at once")
+    func boundedShutdown() async throws {
+        let dir = makeTemporaryDirectory("shutdown")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        // An OTLP collector that accepts connections (the kernel's backlog) and never answers: the
+        // sink's flush waits its own 60 s for it.
+        let collector = try BlackholeListener()
+        try write("""
+        { server: { stateDir: "state", shutdownTimeout: 2 },
+          sinks: [ { type: "metrics" }, { type: "memory" },
+                   { type: "otlp", endpoint: "http://127.0.0.1:\(collector.port)/v1/traces", timeout: 60, flushTimeout: 60, flushInterval: 0.2 } ],
+          demo: { enabled: true, rate: 50 } }
+        """, to: dir + "/flowscope.json5")
+        for secondSignal in [false, true] {
+            let serve = try RunningFlowScope(binary, ["serve", "--config", dir + "/flowscope.json5", "--port", "0"], in: dir)
+            #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "\(serve.stderr)")
+            try await Task.sleep(for: .seconds(2))  // enough demo events to fill the pipe
+            let start = ContinuousClock.now
+            kill(serve.pid, SIGINT)
+            if secondSignal {
+                #expect(await poll(5) { serve.stderr.contains("stopping: ") }, "\(serve.stderr)")
+                kill(serve.pid, SIGINT)
+                let end = await serve.exit(within: 5)
+                #expect(end?.reason == .exit && end?.status == 130, "\(String(describing: end)) \(serve.stderr)")
+                #expect(serve.stderr.contains("second signal: exiting now"))
+            } else {
+                let end = await serve.exit(within: 15)
+                let took = ContinuousClock.now - start
+                #expect(end?.reason == .exit && end?.status == 1, "\(String(describing: end)) \(serve.stderr)")
+                #expect(took < .seconds(8), "\(took)")
+                #expect(serve.stderr.contains("flowscope serve: stopping: draining sinks, 1 s of at most 2 s"), "\(serve.stderr)")
+                #expect(serve.stderr.contains("still draining sinks after 2 s (server.shutdownTimeout)"), "\(serve.stderr)")
+            }
+        }
+    }
+
+    @Test("fetch over TLS against a backend that never answers ends within its load timeout with a JSON result, status 1, no SIGPIPE")
+    func fetchHangingTLS() async throws {
+        let dir = makeTemporaryDirectory("hang")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        try write("""
+        { name: "hang", profile: { id: "u" },
+          backend: { placements: { main_paywall: { audiences: [
+            { name: "All Users", versionId: "av", variations: [ { id: "A", weight: 100 } ] } ] } } },
+          network: { rules: [ { match: { placement: "main_paywall" }, fail: "hang" } ] },
+          steps: [] }
+        """, to: dir + "/hang.json5")
+        let stub = try RunningFlowScope(binary, ["stub-backend", "--tls", "--port", "0", "--scenario", dir + "/hang.json5"], in: dir)
+        #expect(await poll(20) { stub.stdout.contains(" on https://") }, "\(stub.stdout) \(stub.stderr)")
+        let url = try #require(stub.stdout.firstMatch(of: /on (https:\/\/[0-9.:]+)/).map { String($0.1) }, "\(stub.stdout)")
+        for _ in 0..<3 {
+            let start = ContinuousClock.now
+            let fetch = try runProcess(binary, ["fetch", "main_paywall", "--backend", url, "--ca", dir + "/.flowscope/tls/cert.pem",
+                                                "--load-timeout", "2", "--json"], timeout: 30, currentDirectory: dir)
+            let took = ContinuousClock.now - start
+            #expect(fetch.status == 1 || fetch.status == 0, "status \(fetch.status): \(fetch.err)")
+            #expect(took < .seconds(8), "\(took)")
+            let json = try JSON5.parse(fetch.out)
+            #expect(json["results"]?.arrayValue?.isEmpty == false, "\(fetch.out)")
+        }
+        kill(stub.pid, SIGINT)
+        let end = await stub.exit(within: 15)
+        #expect(end?.reason == .exit && end?.status == 0, "\(String(describing: end)) \(stub.stderr)")
+    }
+}
