@@ -145,7 +145,7 @@ extension StrategyLab {
             <style>
             body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#111827;padding:0 1rem}
             h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem}h3{font-size:1rem}
-            small{color:#6b7280}svg{max-width:100%;height:auto;font:11px system-ui,sans-serif}
+            small{color:#6b7280}svg{max-width:100%;height:auto;font:11px system-ui,sans-serif}pre{overflow-x:auto;font-size:12px}
             </style></head><body>
             <h1>Strategy lab</h1>
             <p>\(result.sessions) simulated sessions per strategy and value, seed \(result.seed), played through the real engine in virtual time.</p>
@@ -187,9 +187,10 @@ extension StrategyLab {
                 out += "<line x1=\"\(f(ox + left))\" x2=\"\(f(ox + panelW - right))\" y1=\"\(f(y(v)))\" y2=\"\(f(y(v)))\" stroke=\"#f3f4f6\"/>"
                 out += "<text x=\"\(f(ox + left - 4))\" y=\"\(f(y(v) + 4))\" text-anchor=\"end\">\(panel == 0 ? pct(v) : sec(v))</text>\n"
             }
-            for i in 0...4 {
-                let v = xMin + xSpan * Double(i) / 4
-                out += "<text x=\"\(f(x(v)))\" y=\"\(f(panelH - bottom + 14))\" text-anchor=\"middle\">\(num((v * 100).rounded() / 100))</text>\n"
+            // Ticks at swept values: at most six, evenly spread.
+            let every = max(1, (xs.count + 5) / 6)
+            for (i, v) in xs.enumerated() where i % every == 0 {
+                out += "<text x=\"\(f(x(v)))\" y=\"\(f(panelH - bottom + 14))\" text-anchor=\"middle\">\(num(v))</text>\n"
             }
             out += "<text x=\"\(f(ox + left + (panelW - left - right) / 2))\" y=\"\(f(panelH - 6))\" text-anchor=\"middle\">\(escapeHTML(sweep.name)) (s)</text>\n"
             out += "<text x=\"\(f(ox + left))\" y=\"\(f(top - 4))\">\(panel == 0 ? "targeting correct" : "time to flow p95")</text>\n"
