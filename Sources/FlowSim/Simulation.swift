@@ -440,8 +440,10 @@ final class SessionWorld: EngineHost {
         requests += 1
         guard let plan else { return }
         let now = queue.now
+        // One lookup of the placement serves both the network and the answer.
+        let index = spec.placement.flatMap { placementIndex[$0] }
         var net = plan.network
-        if let id = spec.placement, let i = placementIndex[id] {
+        if let i = index {
             switch spec.kind {
             case .targeted: if let n = requestNetworks[i].targeted { net = n }
             case .default: if let n = requestNetworks[i].default { net = n }
@@ -457,7 +459,7 @@ final class SessionWorld: EngineHost {
             completion = resetFailure
         } else if u < net.hang + net.reset + net.http5xx {
             completion = serverFailure
-        } else if let id = spec.placement, let i = placementIndex[id] {
+        } else if let i = index {
             switch spec.kind {
             case .targeted: completion = plan.attributionAt <= now ? targetedAnswers[i] : defaultAnswers[i]
             case .default: completion = defaultAnswers[i]
