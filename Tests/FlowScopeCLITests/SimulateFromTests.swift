@@ -41,7 +41,7 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
         let lines = syntheticTraceLines(placement: "main_paywall", median: 0.7, sigma: 0.7, budget: 1.5, requests: 1_500, seed: 3)
             + syntheticTraceLines(placement: "onboarding", median: 0.3, sigma: 0.5, budget: 1.0, requests: 600, seed: 5)
         try write(lines.joined(separator: "\n") + "\n", to: dir + "/trace.jsonl")
-        let run = await flowscope("simulate", "--from", dir + "/trace.jsonl", "--json", "--sessions", "1000", "--threads", "1")
+        let run = await flowscope("simulate", "--from", dir + "/trace.jsonl", "--json", "--sessions", "300", "--threads", "1")
         #expect(run.status == 0, "\(run.err)")
         let json = try JSON5.parse(run.out)
         let paywall = try #require(json["fitted"]?["main_paywall"]?["targeted"])
@@ -69,7 +69,7 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             + syntheticTraceLines(placement: "onboarding", median: 0.4, sigma: 0.4, budget: 1, requests: 10, seed: 4)
         let reply = try stack.ingest(lines.joined(separator: "\n") + "\n")
         #expect(reply.status == 202, "\(reply.text)")
-        let common = ["--json", "--sessions", "500", "--threads", "1"]
+        let common = ["--json", "--sessions", "200", "--threads", "1"]
         let fromServer = await flowscope(["simulate", "--from", "https://127.0.0.1:\(stack.port)/api/events",
                                           "--ca", stack.dir + "/state/tls/cert.pem"] + common)
         let fromSQLite = await flowscope(["simulate", "--from", stack.dir + "/events.db"] + common)
@@ -95,7 +95,7 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
         defer { removeDirectory(dir) }
         try write(syntheticTraceLines(placement: "main_paywall", median: 0.8, sigma: 0.8, budget: 3, requests: 300, seed: 2)
             .joined(separator: "\n"), to: dir + "/trace.jsonl")
-        let args = ["simulate", "--from", dir + "/trace.jsonl", "--sweep", "loadTimeout=1:4:1", "--sessions", "400", "--threads", "1"]
+        let args = ["simulate", "--from", dir + "/trace.jsonl", "--sweep", "loadTimeout=1:4:1", "--sessions", "200", "--threads", "1"]
         let table = await flowscope(args + ["--out", dir + "/report"])
         #expect(table.status == 0, "\(table.err)")
         #expect(table.out.contains("Sweep of loadTimeout over 4 values"))
