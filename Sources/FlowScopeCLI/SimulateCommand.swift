@@ -12,17 +12,26 @@ let defaultConfigPath = "config/flowscope.json5"
 
 let simulateCommand = Command(spec: CommandSpec(
     name: "simulate", summary: "The strategy lab: compares flow-fetch strategies over simulated sessions.",
-    usage: "simulate [--config F] [--sessions N] [--seed N] [--json] [--out DIR] [--threads N]",
+    usage: "simulate [--config F] [--sessions N] [--seed N] [--json] [--out DIR] [--threads N] [--from SOURCE [--ca FILE] [--token T]] [--sweep NAME=FROM:TO:STEP] [--max-p95 S]",
     options: [.init("config", value: "F", "config file whose `simulate` section gives the population and strategies (default \(defaultConfigPath) if present, else built in)"),
               .init("sessions", value: "N", "sessions to simulate (default: the config's, 20000)"),
               .init("seed", value: "N", "random seed (default: the config's, 1); same seed, same numbers"),
               .init("json", "print the result as JSON"),
               .init("out", value: "DIR", "also write DIR/simulate.json and DIR/report.html"),
-              .init("threads", value: "N", "worker threads (default: every core); the numbers do not depend on it")],
+              .init("threads", value: "N", "worker threads (default: every core); the numbers do not depend on it"),
+              .init("from", value: "SOURCE", "fit the population's network to recorded events: a JSON Lines trace, an sqlite sink file, or https://HOST:PORT/api/events"),
+              .init("ca", value: "FILE", "with --from https://...: the PEM CA file that signed the server's certificate"),
+              .init("token", value: "T", "with --from https://...: a bearer token to send"),
+              .init("sweep", value: "NAME=FROM:TO:STEP", "play each strategy at each value of loadTimeout, timeout, delay or requestTimeout, e.g. loadTimeout=1:10:0.5"),
+              .init("max-p95", value: "S", "the time-to-flow p95 bound of the recommendation, seconds (default 3)")],
     details: """
     Plays each session through the real engine in virtual time, once per strategy, and prints per
     strategy: targeting correct, time to flow (p50, p95, p99, max), flow sources, requests per session,
-    with 95% confidence intervals. Exit status: 0 on success, 2 on a bad flag or config.
+    with 95% confidence intervals. With --from, the network is fitted per placement and request kind
+    to the recorded request.start/request.end events (timeouts censored at their budget) and the
+    attribution delay to attribution.applied; with --from or --sweep, a recommendation per placement
+    (highest targeting correct with time-to-flow p95 <= --max-p95). Exit status: 0 on success, 2 on a
+    bad flag, config or source.
     """
 ), run: runSimulate)
 
@@ -50,19 +59,54 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     case .failure(let error): return usage(error.message)
     }
 
+    var sweep: SweepParameter?
+    if let text = args.value("sweep") {
+        switch SweepParameter.parse(text) {
+        case .success(let s): sweep = s
+        case .failure(let e): return usage("--sweep: \(e.message)")
+        }
+    }
+    var maxP95 = 3.0
+    if let text = args.value("max-p95") {
+        guard let v = Double(text), v.isFinite, v > 0 else { return usage("--max-p95 expects a number of seconds > 0, got \(text)") }
+        maxP95 = v
+    }
+    for flag in ["ca", "token"] where args.value(flag) != nil && args.value("from") == nil {
+        return usage("--\(flag) applies to --from https://..., which is not given")
+    }
+    var fit: TrafficFit?
+    if let from = args.value("from") {
+        let source: TrafficSource
+        switch TrafficSource.parse(from) {
+        case .success(let s): source = s
+        case .failure(let e): return usage(e.message)
+        }
+        switch await source.read(caFile: args.value("ca"), token: args.value("token")) {
+        case .success(let envelopes):
+            let f = TrafficFit(envelopes: envelopes)
+            guard f.overall.requests > 0 else {
+                return usage("--from \(from): no flow requests to fit (\(envelopes.count) events, none a request.end of a "
+                             + "targeted or default request with a placement)")
+            }
+            fit = f
+        case .failure(let e): return usage(e.message)
+        }
+    }
+
     let json = args.flag("json")
     let bar: ProgressBar? = !json && io.isTerminal && isatty(2) == 1 ? ProgressBar(output: io) : nil
     var report: (@Sendable (Int, Int) -> Void)?
     if let bar { report = { done, total in bar.update(done, total) } }
-    let lab = Simulation(config: config)
-    let result = lab.run(sessions: sessions, seed: seed, threads: threads, progress: report)
+    let lab = StrategyLab.run(config: config, fit: fit, sweep: sweep, maxP95: maxP95, sessions: sessions, seed: seed,
+                              threads: threads, progress: report)
     bar?.finish()
+    if let fit, json { for w in fit.warnings { io.err("flowscope simulate: warning: \(w)\n") } }
 
     if let dir = args.value("out") {
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-            try Data((result.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: dir + "/simulate.json"))
-            try Data(result.html().utf8).write(to: URL(fileURLWithPath: dir + "/report.html"))
+            try Data((lab.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: dir + "/simulate.json"))
+            try Data(lab.html().utf8).write(to: URL(fileURLWithPath: dir + "/report.html"))
         } catch {
             io.err("flowscope simulate: --out \(dir): cannot write the report: \(error.localizedDescription)\n")
             return ExitStatus.failure
@@ -70,12 +114,12 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     }
     // Every run is kept in the state directory, where `flowscope serve` lists it as a dashboard run.
     let runID = "sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)"
-    let saved = (try? SimulationStore(directory: ".flowscope/simulations").save(id: runID, summary: result.runSummary(id: runID))) != nil
+    let saved = (try? SimulationStore(directory: ".flowscope/simulations").save(id: runID, summary: lab.runSummary(id: runID))) != nil
     if json {
-        io.out(result.json.jsonText + "\n")
+        io.out(lab.json.jsonText + "\n")
     } else {
         let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
-        io.out(result.table(color: color))
+        io.out(lab.table(color: color))
         if let dir = args.value("out") { io.out("wrote \(dir)/simulate.json and \(dir)/report.html\n") }
         if saved { io.out("saved as dashboard run \(runID) (.flowscope/simulations)\n") }
     }

@@ -111,6 +111,11 @@ public struct StrategyTally: Sendable, Hashable {
     public var requestsSquared = 0.0
     /// Engine calls started (getFlow, preloadFlows, getFlowOrDefault).
     public var calls = 0
+    /// The same numbers per placement, in the population's placement order (grown as displays come).
+    public var placements: [PlacementTally] = []
+
+    /// A tally with nothing in it.
+    public init() {}
 
     /// Adds another tally.
     public mutating func merge(_ o: StrategyTally) {
@@ -118,6 +123,27 @@ public struct StrategyTally: Sendable, Hashable {
         for i in sources.indices { sources[i] += o.sources[i] }
         timeToFlow.merge(o.timeToFlow)
         requests += o.requests; requestsSquared += o.requestsSquared; calls += o.calls
+        while placements.count < o.placements.count { placements.append(PlacementTally()) }
+        for i in o.placements.indices { placements[i].merge(o.placements[i]) }
+    }
+}
+
+/// What one strategy accumulated for one placement: its displays, targeting and time to flow.
+public struct PlacementTally: Sendable, Hashable {
+    public var displays = 0
+    public var targetingCorrect = 0
+    /// Displays per source, in ``StrategyTally/sourceNames`` order.
+    public var sources = [0, 0, 0, 0, 0]
+    public var timeToFlow = DurationHistogram()
+
+    /// A tally with nothing in it.
+    public init() {}
+
+    /// Adds another tally.
+    public mutating func merge(_ o: PlacementTally) {
+        displays += o.displays; targetingCorrect += o.targetingCorrect
+        for i in sources.indices { sources[i] += o.sources[i] }
+        timeToFlow.merge(o.timeToFlow)
     }
 }
 
@@ -220,6 +246,9 @@ final class SessionWorld: EngineHost {
     private let defaultPayloads: [AudiencePayload]
     private let fallback: FallbackFile
     private let populationFallback: Bool
+    /// Per placement (by index), the networks of its targeted and default-audience requests when the
+    /// population gives them (fitted to recorded traffic); nil: the session's network.
+    private let requestNetworks: [(targeted: NetworkProfile?, default: NetworkProfile?)]
     private let layouts = InMemoryLayoutStore()
     private let notFound = RequestCompletion(.failure(.http(status: 404)), bytes: 44)
     private let resetFailure = RequestCompletion(.failure(.transport(reason: "reset")))
@@ -259,6 +288,8 @@ final class SessionWorld: EngineHost {
         defaultAnswers = all.map { RequestCompletion(.success(.audience($0)), bytes: 1_400) }
         fallback = FallbackFile(placements: fallbackPlacements)
         populationFallback = config.population.fallbackFile
+        let byPlacement = config.population.requestNetworks
+        requestNetworks = placements.map { (byPlacement[$0]?["targeted"], byPlacement[$0]?["default"]) }
     }
 
     /// Plays `plan` with `strategy` and adds what happened to `tally`.
@@ -319,24 +350,34 @@ final class SessionWorld: EngineHost {
         tally.requests += requests
         tally.requestsSquared += Double(requests * requests)
         tally.calls += calls
+        while tally.placements.count < placements.count { tally.placements.append(PlacementTally()) }
         for (n, need) in plan.needs.enumerated() {
             tally.displays += 1
+            tally.placements[need.placement].displays += 1
             // Every call ends (the engine bounds them all); a missing result would be nothing shown.
             let result = results[n] ?? (at: .infinity, flow: nil)
             let shownAt = max(need.at, result.at)
-            tally.timeToFlow.add(max(0, result.at - need.at))
-            guard let flow = result.flow else {
-                tally.sources[4] += 1
-                continue
+            let wait = max(0, result.at - need.at)
+            tally.timeToFlow.add(wait)
+            tally.placements[need.placement].timeToFlow.add(wait)
+            let source: Int
+            if let flow = result.flow {
+                switch flow.source {
+                case .network: source = 0
+                case .cache: source = 1
+                case .defaultAudience: source = 2
+                case .fallbackFile: source = 3
+                }
+                let truth = plan.attributionAt <= shownAt ? Self.targetedAudience : defaultAudienceName
+                if flow.audienceName == truth {
+                    tally.targetingCorrect += 1
+                    tally.placements[need.placement].targetingCorrect += 1
+                }
+            } else {
+                source = 4
             }
-            switch flow.source {
-            case .network: tally.sources[0] += 1
-            case .cache: tally.sources[1] += 1
-            case .defaultAudience: tally.sources[2] += 1
-            case .fallbackFile: tally.sources[3] += 1
-            }
-            let truth = plan.attributionAt <= shownAt ? Self.targetedAudience : defaultAudienceName
-            if flow.audienceName == truth { tally.targetingCorrect += 1 }
+            tally.sources[source] += 1
+            tally.placements[need.placement].sources[source] += 1
         }
         self.engine = nil
         self.plan = nil
@@ -399,7 +440,16 @@ final class SessionWorld: EngineHost {
         requests += 1
         guard let plan else { return }
         let now = queue.now
-        let net = plan.network
+        // One lookup of the placement serves both the network and the answer.
+        let index = spec.placement.flatMap { placementIndex[$0] }
+        var net = plan.network
+        if let i = index {
+            switch spec.kind {
+            case .targeted: if let n = requestNetworks[i].targeted { net = n }
+            case .default: if let n = requestNetworks[i].default { net = n }
+            default: break
+            }
+        }
         // Two draws per request whatever happens, so strategies stay on the same random stream.
         let u = network.uniform()
         let latency = net.latency.sample(&network)
@@ -409,7 +459,7 @@ final class SessionWorld: EngineHost {
             completion = resetFailure
         } else if u < net.hang + net.reset + net.http5xx {
             completion = serverFailure
-        } else if let id = spec.placement, let i = placementIndex[id] {
+        } else if let i = index {
             switch spec.kind {
             case .targeted: completion = plan.attributionAt <= now ? targetedAnswers[i] : defaultAnswers[i]
             case .default: completion = defaultAnswers[i]

@@ -128,6 +128,10 @@ public struct Population: Sendable, Hashable {
     public var placements: [PlacementNeed]
     /// Whether the app ships a fallback file (one default-audience flow per placement).
     public var fallbackFile: Bool
+    /// Per placement id and request kind (`targeted`, `default`), the network its requests see,
+    /// overriding the session's network: what `simulate --from` fits to recorded traffic. Empty in
+    /// configs.
+    public var requestNetworks: [String: [String: NetworkProfile]] = [:]
 
     /// A population.
     public init(networks: [(name: String, weight: Double)], profiles: [String: NetworkProfile] = NetworkProfile.builtIn,
@@ -153,7 +157,7 @@ public struct Population: Sendable, Hashable {
         a.networks.map(\.name) == b.networks.map(\.name) && a.networks.map(\.weight) == b.networks.map(\.weight)
             && a.profiles == b.profiles && a.attributionShare == b.attributionShare && a.attributionDelay == b.attributionDelay
             && a.returningShare == b.returningShare && a.cacheAge == b.cacheAge && a.placements == b.placements
-            && a.fallbackFile == b.fallbackFile
+            && a.fallbackFile == b.fallbackFile && a.requestNetworks == b.requestNetworks
     }
 
     public func hash(into h: inout Hasher) {
@@ -514,7 +518,7 @@ extension Population {
         for n in networks { nets[n.name] = .number(n.weight) }
         var used: [String: JSONValue] = [:]
         for n in networks { if let p = profiles[n.name] { used[n.name] = p.json } }
-        return [
+        var out: [String: JSONValue] = [
             "networks": .object(nets), "profiles": .object(used),
             "attribution": ["share": .number(attributionShare), "delay": attributionDelay.json],
             "returning": ["share": .number(returningShare), "cacheAge": cacheAge.json],
@@ -523,5 +527,9 @@ extension Population {
             }),
             "fallbackFile": .bool(fallbackFile),
         ]
+        if !requestNetworks.isEmpty {
+            out["requestNetworks"] = .object(requestNetworks.mapValues { kinds in .object(kinds.mapValues(\.json)) })
+        }
+        return .object(out)
     }
 }

@@ -77,6 +77,42 @@ struct DashboardBrowserTests {
         #expect(alert.contains("Sink archive (otlp) is down: 127.0.0.1:4318: connection refused"), "\(alert)")
     }
 
+    @Test("a simulation run with a sweep shows a chart per placement with the recommended point ringed")
+    func sweepChart() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        func point(_ value: JSONValue, _ tc: Double, _ p95: Double) -> JSONValue {
+            ["value": value, "targetingCorrect": .number(tc), "targetingCorrectCI": [.number(tc - 0.01), .number(tc + 0.01)],
+             "timeToFlowP95": .number(p95), "timeToFlowP95CI": [.number(p95 - 0.1), .number(p95 + 0.1)], "displays": 1000]
+        }
+        let curves: JSONValue = [
+            ["strategy": "atPaywall T=5", "swept": true, "points": [point(1, 0.9, 1), point(2, 0.95, 2), point(3, 0.97, 3)]],
+            ["strategy": "orDefault 3 s", "swept": false, "points": [point(.null, 0.96, 3.2)]],
+        ]
+        let strategy: JSONValue = ["name": "atPaywall T=5 [loadTimeout=2]", "targetingCorrect": 0.95,
+                                   "timeToFlow": ["p50": 0.3, "p95": 2, "p99": 2.5], "sources": ["network": 1], "requestsPerSession": 1]
+        let run: JSONValue = [
+            "id": "sim:sweep", "kind": "simulation", "name": "simulate --from", "seed": 1, "sessions": 1000,
+            "strategies": [strategy],
+            "sweep": ["parameter": "loadTimeout", "values": [1, 2, 3], "maxP95": 3,
+                      "placements": ["main_paywall": curves, "onboarding": curves]],
+            "recommendation": ["main_paywall": ["strategy": "atPaywall T=5", "loadTimeout": 3, "targetingCorrect": 0.97,
+                                                "timeToFlow": ["p95": 3]]],
+        ]
+        let stack = try DashboardStack(simulations: SimulationRuns(list: { [run] }, find: { $0 == "sim:sweep" ? run : nil }))
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off#run=sim%3Asweep")
+        #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
+        let main = try #require(HTMLSlice.element(in: dom, startingWith: "<svg class=\"chart sweep\"") , "no sweep chart")
+        #expect(HTMLSlice.count(of: "<svg class=\"chart sweep\"", in: dom) == 2, "one chart per placement")
+        #expect(main.contains("data-placement=\"onboarding\"") || main.contains("data-placement=\"main_paywall\""))
+        // Two panels (targeting, p95), each with both strategies; the recommendation ringed in each
+        // panel of main_paywall only (onboarding has none).
+        #expect(HTMLSlice.count(of: "class=\"recommended\"", in: dom) == 2)
+        #expect(HTMLSlice.count(of: "data-strategy=\"orDefault 3 s\"", in: dom) == 4)
+    }
+
     @Test("with no events the dashboard says how to produce some")
     func emptyState() throws {
         guard let chromium = Chromium.executable() else {
@@ -152,15 +188,15 @@ final class DashboardStack {
 
     var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
 
-    init(extraSinks: [any EventSink] = []) throws {
+    init(extraSinks: [any EventSink] = [], simulations: SimulationRuns = .none) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks)
         let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
         fixture = try ServerFixture { router in
-            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub, web: web,
-                                         ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
+            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
+                                         web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
         }
         self.pipeline = pipeline
         self.memory = memory

@@ -64,6 +64,74 @@ export function renderStrategies(section, detail) {
     tbody.appendChild(tr);
   });
   renderCDF(chart, list);
+  renderSweep(chart, detail);
+}
+
+/**
+ * A run with a sweep (`simulate --sweep`): per placement, targeting correct and time-to-flow p95
+ * against the swept value, one line per strategy, the p95 bound dashed and the recommendation ringed.
+ */
+function renderSweep(container, detail) {
+  const sweep = detail.sweep;
+  if (!sweep || typeof sweep !== 'object' || !sweep.placements || !Array.isArray(sweep.values) || !sweep.values.length) return;
+  const xs = sweep.values.filter(Number.isFinite);
+  if (!xs.length) return;
+  const xMin = Math.min(...xs), xMax = Math.max(...xs), xSpan = xMax > xMin ? xMax - xMin : 1;
+  const bound = Number.isFinite(sweep.maxP95) ? sweep.maxP95 : null;
+  for (const [placement, curves] of Object.entries(sweep.placements)) {
+    if (!Array.isArray(curves)) continue;
+    const rec = detail.recommendation?.[placement];
+    const width = Math.max(container.clientWidth || 700, 360), height = 220, panelW = (width - 16) / 2;
+    const root = svg('svg', {
+      class: 'chart sweep', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', 'data-placement': placement,
+      'aria-label': `${placement}: targeting correct and time-to-flow p95 against ${sweep.parameter}`,
+    });
+    const p95s = curves.flatMap((c) => (c.points ?? []).map((p) => p.timeToFlowP95)).filter(Number.isFinite);
+    const panels = [
+      { key: 'targetingCorrect', title: `${placement} · targeting correct`, lo: 0, hi: 1, text: (v) => fmt.percent(v, 0) },
+      { key: 'timeToFlowP95', title: `${placement} · time to flow p95`, lo: 0, hi: Math.max(bound ?? 0, ...p95s, 0.5) * 1.08, text: fmt.axisDuration },
+    ];
+    panels.forEach((panel, n) => {
+      const ox = n * (panelW + 16);
+      const x = (v) => ox + PAD.left + ((v - xMin) / xSpan) * (panelW - PAD.left - PAD.right);
+      const y = (v) => PAD.top + (1 - (v - panel.lo) / (panel.hi - panel.lo || 1)) * (height - PAD.top - PAD.bottom);
+      const g = svg('g', { class: 'grid-lines' });
+      for (let i = 0; i <= 4; i++) {
+        const v = panel.lo + ((panel.hi - panel.lo) * i) / 4;
+        g.appendChild(svg('line', { x1: ox + PAD.left, x2: ox + panelW - PAD.right, y1: y(v), y2: y(v), class: 'gridline' }));
+        g.appendChild(svg('text', { x: ox + PAD.left - 6, y: y(v) + 4, class: 'axis-label', 'text-anchor': 'end' }, panel.text(v)));
+      }
+      for (const v of [xMin, (xMin + xMax) / 2, xMax]) {
+        g.appendChild(svg('text', { x: x(v), y: height - PAD.bottom + 16, class: 'axis-label', 'text-anchor': 'middle' }, `${+v.toFixed(2)}`));
+      }
+      g.appendChild(svg('text', { x: ox + PAD.left, y: PAD.top - 2, class: 'axis-title' }, panel.title));
+      g.appendChild(svg('text', { x: ox + panelW / 2, y: height - 4, class: 'axis-title', 'text-anchor': 'middle' }, `${sweep.parameter} (s)`));
+      root.appendChild(g);
+      if (n === 1 && bound !== null) {
+        root.appendChild(svg('line', { x1: ox + PAD.left, x2: ox + panelW - PAD.right, y1: y(bound), y2: y(bound), class: 'gridline', 'stroke-dasharray': '5 4' }));
+      }
+      curves.forEach((c, i) => {
+        const pts = (c.points ?? []).filter((p) => Number.isFinite(p[panel.key]));
+        if (!pts.length) return;
+        const flat = pts.length === 1 && pts[0].value === null;
+        const d = flat
+          ? `M${x(xMin).toFixed(1)},${y(pts[0][panel.key]).toFixed(1)} L${x(xMax).toFixed(1)},${y(pts[0][panel.key]).toFixed(1)}`
+          : pts.filter((p) => Number.isFinite(p.value)).map((p, k) => `${k ? 'L' : 'M'}${x(p.value).toFixed(1)},${y(p[panel.key]).toFixed(1)}`).join(' ');
+        const path = svg('path', { d, class: `cdf-line series-${i % SERIES}`, 'data-strategy': c.strategy ?? '', 'stroke-dasharray': flat ? '2 3' : null });
+        tooltip(path, `${c.strategy}${flat ? ` (${sweep.parameter} does not apply)` : ''}`);
+        root.appendChild(path);
+        if (rec && rec.strategy === c.strategy) {
+          const hit = flat ? pts[0] : pts.find((p) => p.value === (sweep.parameter === 'loadTimeout' ? rec.loadTimeout : rec[sweep.parameter]));
+          if (hit) {
+            const ring = svg('circle', { cx: x(flat ? xMin : hit.value), cy: y(hit[panel.key]), r: 6, class: 'recommended', fill: 'none', stroke: 'currentColor', 'stroke-width': 2 });
+            tooltip(ring, `recommended: ${c.strategy}${flat ? '' : ` at ${hit.value}`}`);
+            root.appendChild(ring);
+          }
+        }
+      });
+    });
+    container.appendChild(root);
+  }
 }
 
 function metricCell(text, isBest) {

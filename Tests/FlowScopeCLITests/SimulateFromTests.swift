@@ -1,0 +1,134 @@
+import FlowJSON
+import Foundation
+import Testing
+@testable import FlowScopeCLI
+
+/// JSON Lines of request.start/request.end pairs with a known distribution: log-normal latency
+/// (median, sigma), each request given `budget` seconds (longer ones recorded as timeouts).
+func syntheticTraceLines(placement: String, median: Double, sigma: Double, budget: Double, requests: Int, seed: UInt64) -> [String] {
+    var state = seed
+    func uniform() -> Double {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return Double((z ^ (z >> 31)) >> 11) * 0x1p-53
+    }
+    var lines: [String] = []
+    for i in 0..<requests {
+        let normal = (-2 * log(max(uniform(), 1e-300))).squareRoot() * cos(2 * .pi * uniform())
+        let latency = median * exp(sigma * normal)
+        let timedOut = latency > budget
+        let duration = ((timedOut ? budget : latency) * 1e6).rounded() / 1e6
+        let trace = String(format: "%016llx%016llx", seed | 1, UInt64(i + 1))
+        let span = String(format: "%016llx", UInt64(i + 1) &* 2_654_435_761 | 1)
+        func line(_ name: String, _ attrs: String) -> String {
+            #"{"seq":\#(lines.count + 1),"ts":"2026-12-02T10:11:12.000000Z","t":\#(Double(i) * 0.01),"run":"live","trace":"\#(trace)","span":"\#(span)","name":"\#(name)","placement":"\#(placement)","attrs":{\#(attrs)}}"#
+        }
+        lines.append(line("request.start", #""kind":"targeted","timeout":\#(budget)"#))
+        lines.append(line("request.end", #""kind":"targeted","outcome":"\#(timedOut ? "timeout" : "ok")","duration":\#(duration),"bytes":0"#))
+    }
+    return lines
+}
+
+/// P(Z > z) of the standard normal.
+private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRoot()) }
+
+@Suite(.serialized) struct SimulateFromTests {
+    @Test func aRecordedTraceIsFittedWithinToleranceAndGetsARecommendationPerPlacement() async throws {
+        let dir = makeTemporaryDirectory("from")
+        defer { removeDirectory(dir) }
+        let lines = syntheticTraceLines(placement: "main_paywall", median: 0.7, sigma: 0.7, budget: 1.5, requests: 1_500, seed: 3)
+            + syntheticTraceLines(placement: "onboarding", median: 0.3, sigma: 0.5, budget: 1.0, requests: 600, seed: 5)
+        try write(lines.joined(separator: "\n") + "\n", to: dir + "/trace.jsonl")
+        let run = await flowscope("simulate", "--from", dir + "/trace.jsonl", "--json", "--sessions", "300", "--threads", "1")
+        #expect(run.status == 0, "\(run.err)")
+        let json = try JSON5.parse(run.out)
+        let paywall = try #require(json["fitted"]?["main_paywall"]?["targeted"])
+        #expect(paywall["requests"]?.numberValue == 1_500)
+        let paywallShare = normalSurvival((log(1.5) - log(0.7)) / 0.7)
+        #expect(abs((paywall["timeoutShare"]?.numberValue ?? -1) - paywallShare) < 0.05)
+        #expect(abs((paywall["p50"]?.numberValue ?? -1) / 0.7 - 1) < 0.08)
+        let onboarding = try #require(json["fitted"]?["onboarding"]?["targeted"])
+        #expect(abs((onboarding["timeoutShare"]?.numberValue ?? -1) - normalSurvival((log(1.0) - log(0.3)) / 0.5)) < 0.05)
+        for placement in ["main_paywall", "onboarding"] {
+            let r = try #require(json["recommendation"]?[placement], "no recommendation for \(placement)")
+            #expect(r["strategy"]?.stringValue != nil)
+            #expect(r["targetingCorrect"]?.numberValue != nil && r["timeToFlow"]?["p95"]?.numberValue != nil)
+        }
+        #expect(json["strategies"]?.arrayValue?.count == 7)
+    }
+
+    @Test func theSameEventsFromJSONLinesSQLiteAndALiveServerGiveTheSameFit() async throws {
+        let stack = try StackFixture(sinks: #"""
+            { type: "memory", capacity: 20000 }, { type: "jsonl", path: "$DIR/trace.jsonl", fsync: "never" },
+            { type: "sqlite", path: "$DIR/events.db" }
+            """#)
+        defer { stack.stop() }
+        let lines = syntheticTraceLines(placement: "main_paywall", median: 0.9, sigma: 0.6, budget: 2, requests: 400, seed: 9)
+            + syntheticTraceLines(placement: "onboarding", median: 0.4, sigma: 0.4, budget: 1, requests: 10, seed: 4)
+        let reply = try stack.ingest(lines.joined(separator: "\n") + "\n")
+        #expect(reply.status == 202, "\(reply.text)")
+        let common = ["--json", "--sessions", "200", "--threads", "1"]
+        let fromServer = await flowscope(["simulate", "--from", "https://127.0.0.1:\(stack.port)/api/events",
+                                          "--ca", stack.dir + "/state/tls/cert.pem"] + common)
+        let fromSQLite = await flowscope(["simulate", "--from", stack.dir + "/events.db"] + common)
+        // The jsonl sink buffers lines; stopping the stack writes out the last of them.
+        stack.stop()
+        let fromFile = await flowscope(["simulate", "--from", stack.dir + "/trace.jsonl"] + common)
+        for run in [fromFile, fromSQLite, fromServer] { #expect(run.status == 0, "\(run.err)") }
+        let fits = try [fromFile, fromSQLite, fromServer].map { try JSON5.parse($0.out) }
+        let fitted = fits.map { $0["fitted"] }
+        #expect(fitted[0]?["main_paywall"]?["targeted"]?["requests"]?.numberValue == 400)
+        #expect(fitted[0] == fitted[1])
+        #expect(fitted[0] == fitted[2])
+        #expect(fits.map { $0["recommendation"] }.allSatisfy { $0 == fits[0]["recommendation"] })
+        // The placement with 10 requests: a warning with the numbers, no recommendation.
+        let warnings = fits[0]["warnings"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        #expect(warnings.contains { $0.contains("onboarding") && $0.contains("10 recorded") && $0.contains("at least 30") })
+        #expect(fits[0]["recommendation"]?["onboarding"] == nil)
+        #expect(fits[0]["recommendation"]?["main_paywall"] != nil)
+    }
+
+    @Test func aSweepDrawsTheCurvesInTheTableTheJSONAndTheReport() async throws {
+        let dir = makeTemporaryDirectory("sweep")
+        defer { removeDirectory(dir) }
+        try write(syntheticTraceLines(placement: "main_paywall", median: 0.8, sigma: 0.8, budget: 3, requests: 300, seed: 2)
+            .joined(separator: "\n"), to: dir + "/trace.jsonl")
+        let args = ["simulate", "--from", dir + "/trace.jsonl", "--sweep", "loadTimeout=1:4:1", "--sessions", "200", "--threads", "1"]
+        let table = await flowscope(args + ["--out", dir + "/report"])
+        #expect(table.status == 0, "\(table.err)")
+        #expect(table.out.contains("Sweep of loadTimeout over 4 values"))
+        #expect(table.out.contains("Recommendation") && table.out.contains("main_paywall: "))
+        let html = try String(contentsOfFile: dir + "/report/report.html", encoding: .utf8)
+        #expect(html.contains("<svg") && html.contains("class=\"recommended\""))
+        let json = try JSON5.parse(await flowscope(args + ["--json"]).out)
+        #expect(json["sweep"]?["values"]?.arrayValue?.count == 4)
+        #expect(json["sweep"]?["placements"]?["main_paywall"]?.arrayValue?.isEmpty == false)
+        #expect(json["recommendation"]?["main_paywall"]?["loadTimeout"]?.numberValue != nil)
+    }
+
+    @Test func aBadSourceOrSweepExitsWithStatus2AndSaysWhy() async throws {
+        let dir = makeTemporaryDirectory("bad")
+        defer { removeDirectory(dir) }
+        try write(syntheticTraceLines(placement: "p", median: 1, sigma: 0.5, budget: 3, requests: 1, seed: 1)[0] + "\n{not json\n",
+                  to: dir + "/broken.jsonl")
+        try write("", to: dir + "/empty.jsonl")
+        let cases: [([String], String)] = [
+            (["--from", dir + "/missing.jsonl"], "--from \(dir)/missing.jsonl: cannot read the file"),
+            (["--from", dir + "/broken.jsonl"], "\(dir)/broken.jsonl: line 2:"),
+            (["--from", dir + "/empty.jsonl"], "no flow requests to fit"),
+            (["--from", "https://"], "expected a URL"),
+            (["--sweep", "loadTimeout=1:10"], "--sweep: expected NAME=FROM:TO:STEP"),
+            (["--sweep", "budget=1:2:1"], "--sweep: unknown parameter \"budget\""),
+            (["--max-p95", "soon"], "--max-p95 expects a number of seconds > 0"),
+            (["--ca", dir + "/ca.pem"], "--ca applies to --from"),
+        ]
+        for (extra, message) in cases {
+            let run = await flowscope(["simulate", "--sessions", "10"] + extra)
+            #expect(run.status == 2, "\(extra)")
+            #expect(run.err.contains(message), "\(extra): \(run.err)")
+            #expect(run.err.split(separator: "\n").count == 1, "\(extra): \(run.err)")
+        }
+    }
+}
