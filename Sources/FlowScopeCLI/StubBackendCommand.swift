@@ -2,6 +2,7 @@ import Dispatch
 import FlowFetch
 import FlowJSON
 import FlowScopeServer
+import FlowScopeStubBackend
 import FlowScopeTools
 import FlowSim
 import Foundation
