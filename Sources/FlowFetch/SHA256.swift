@@ -28,7 +28,10 @@ struct SHA256 {
         var offset = 0
         while offset < bytes.count {
             let n = min(64 - filled, bytes.count - offset)
-            for i in 0..<n { block[filled + i] = bytes[offset + i] }
+            let at = filled, from = offset
+            block.withUnsafeMutableBytes { b in
+                b.baseAddress!.advanced(by: at).copyMemory(from: bytes.baseAddress!.advanced(by: from), byteCount: n)
+            }
             filled += n
             offset += n
             if filled == 64 { compress(); filled = 0 }
@@ -60,25 +63,31 @@ struct SHA256 {
 
     private mutating func compress() {
         @inline(__always) func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { x >> n | x << (32 - n) }
-        var w = [UInt32](repeating: 0, count: 64)
-        for t in 0..<16 {
-            w[t] = UInt32(block[4 * t]) << 24 | UInt32(block[4 * t + 1]) << 16 | UInt32(block[4 * t + 2]) << 8 | UInt32(block[4 * t + 3])
-        }
-        for t in 16..<64 {
-            let s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3)
-            let s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10)
-            w[t] = w[t - 16] &+ s0 &+ w[t - 7] &+ s1
-        }
         var (a, b, c, d, e, f, g, hh) = h
-        for t in 0..<64 {
-            let s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)
-            let choose = (e & f) ^ (~e & g)
-            let t1 = hh &+ s1 &+ choose &+ Self.k[t] &+ w[t]
-            let s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)
-            let majority = (a & b) ^ (a & c) ^ (b & c)
-            let t2 = s0 &+ majority
-            hh = g; g = f; f = e; e = d &+ t1
-            d = c; c = b; b = a; a = t1 &+ t2
+        // The message schedule on the stack: no allocation per block.
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
+            block.withUnsafeBufferPointer { m in
+                for t in 0..<16 {
+                    w[t] = UInt32(m[4 * t]) << 24 | UInt32(m[4 * t + 1]) << 16 | UInt32(m[4 * t + 2]) << 8 | UInt32(m[4 * t + 3])
+                }
+            }
+            for t in 16..<64 {
+                let s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3)
+                let s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10)
+                w[t] = w[t - 16] &+ s0 &+ w[t - 7] &+ s1
+            }
+            Self.k.withUnsafeBufferPointer { k in
+                for t in 0..<64 {
+                    let s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)
+                    let choose = (e & f) ^ (~e & g)
+                    let t1 = hh &+ s1 &+ choose &+ k[t] &+ w[t]
+                    let s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)
+                    let majority = (a & b) ^ (a & c) ^ (b & c)
+                    let t2 = s0 &+ majority
+                    hh = g; g = f; f = e; e = d &+ t1
+                    d = c; c = b; b = a; a = t1 &+ t2
+                }
+            }
         }
         h = (h.0 &+ a, h.1 &+ b, h.2 &+ c, h.3 &+ d, h.4 &+ e, h.5 &+ f, h.6 &+ g, h.7 &+ hh)
     }
