@@ -16,7 +16,8 @@ let builtInSinks = ["MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", 
 
 let package = Package(
     name: "FlowScope",
-    platforms: [.macOS(.v15)],
+    // The libraries (FlowFetch, FlowEvents, FlowScopeTesting) also build for iOS; Linux needs no entry.
+    platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "flowscope", targets: ["flowscope"]),
         // App code: the engine. Links no test framework.
@@ -27,6 +28,9 @@ let package = Package(
         .library(name: "FlowScopeTesting", targets: ["FlowScopeTesting"]),
         // Custom distributions: the whole CLI with extra sink types.
         .library(name: "FlowScopeCLI", targets: ["FlowScopeCLI"]),
+        // Linux and macOS only (C libraries): the real-socket stub backend, and OpenSSL's custom-CA client.
+        .library(name: "FlowScopeStubBackend", targets: ["FlowScopeStubBackend"]),
+        .library(name: "FlowTLS", targets: ["FlowTLS"]),
     ] + builtInSinks.map { .library(name: $0, targets: [$0]) },
     targets: [
         // System libraries (Debian packages), reached through module maps and pkg-config.
@@ -36,7 +40,7 @@ let package = Package(
 
         // Layers, lowest first: nothing imports a module above it.
         .target(name: "FlowJSON"),
-        .target(name: "FlowFetch", dependencies: ["FlowJSON", "COpenSSL"]),
+        .target(name: "FlowFetch", dependencies: ["FlowJSON"]),
         .target(name: "FlowEvents", dependencies: ["FlowFetch", "FlowJSON"]),
         .target(name: "FlowSim", dependencies: ["FlowFetch", "FlowEvents", "FlowJSON"]),
     ]
@@ -50,12 +54,16 @@ let package = Package(
     + [
         // The server knows capabilities (an event store, a metrics exposition, sink stats), no sink.
         .target(name: "FlowScopeServer", dependencies: ["FlowEvents", "FlowJSON", "CMicroHTTPD", "COpenSSL"]),
-        // Tools that need no test framework (call timelines, the stub backend): the CLI uses these.
-        .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", "CMicroHTTPD"]),
+        // Tools that need no test framework (call timelines): the CLI and the test kit use these.
+        .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowJSON"]),
+        // The backend REST protocol on real sockets (libmicrohttpd), for tests and `flowscope stub-backend`.
+        .target(name: "FlowScopeStubBackend", dependencies: ["FlowFetch", "FlowJSON", "FlowSim", "CMicroHTTPD"]),
+        // HTTPS that trusts a custom CA on Linux (OpenSSL), where URLSession cannot.
+        .target(name: "FlowTLS", dependencies: ["FlowFetch", "COpenSSL"]),
         // The test kit users add to their test targets (Swift Testing trait, expectations, trace files).
         .target(name: "FlowScopeTesting", dependencies: ["FlowScopeTools", "FlowFetch", "FlowEvents", "FlowSim", "FlowJSON"]),
         .target(name: "FlowScopeCLI", dependencies: [
-            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools",
+            "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools", "FlowScopeStubBackend", "FlowTLS",
             "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",
         ], plugins: ["EmbedAssets"]),
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
@@ -66,12 +74,16 @@ let package = Package(
         // Helpers shared by several test targets (a loopback HTTP server).
         .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),
         .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON", "TestSupport"]),
-        .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "FlowTLS", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
         .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
-        .testTarget(name: "FlowScopeTestingTests", dependencies: ["FlowScopeTesting", "FlowScopeTools", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport"]),
-        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowScopeTestingTests", dependencies: [
+            "FlowScopeTesting", "FlowScopeTools", "FlowScopeStubBackend", "FlowTLS", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport",
+        ]),
+        // Reads the package graph: the libraries apps link pull in no system library.
+        .testTarget(name: "PackageGraphTests", dependencies: ["FlowJSON"]),
+        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,8 +3,13 @@ import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+/// write(2) and read(2), named apart from ``AtomicFile``'s own `write` and `read`.
+private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int { Glibc.write(fd, buffer, count) }
+private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { Glibc.read(fd, buffer, count) }
 #elseif canImport(Darwin)
 import Darwin
+private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int { Darwin.write(fd, buffer, count) }
+private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { Darwin.read(fd, buffer, count) }
 #endif
 
 /// A file store could not be opened or written.
@@ -29,7 +34,7 @@ public enum AtomicFile {
         var ok = bytes.withUnsafeBytes { buf -> Bool in
             var offset = 0
             while offset < buf.count {
-                let n = Glibc.write(fd, buf.baseAddress! + offset, buf.count - offset)
+                let n = systemWrite(fd, buf.baseAddress! + offset, buf.count - offset)
                 if n < 0 { if errno == EINTR { continue }; return false }
                 offset += n
             }
@@ -53,7 +58,7 @@ public enum AtomicFile {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let n = chunk.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
             if n < 0 { if errno == EINTR { continue }; return nil }
             if n == 0 { return out }
             out.append(contentsOf: chunk[0..<n])

@@ -30,14 +30,20 @@ public final class HTTPBackend: FlowBackend {
     /// Seconds added to a request's own timeout before URLSession gives up on it (the engine cuts it first).
     public let timeoutMargin: Double
     /// The PEM CA file https requests are verified against (nil: the system's trust store through URLSession).
-    /// URLSession on Linux cannot trust a custom CA, so with a CA file requests go through ``TLSTransport``.
+    /// With a CA file, https requests go through ``CustomCATransport`` (on Linux that needs the FlowTLS library).
     public let caFile: String?
+    /// What carries requests instead of URLSession: the custom-CA transport (https requests only) or the
+    /// transport given to `init` (every request).
+    private let transport: (any HTTPTransport)?
+    private let transportTakesHTTP: Bool
     private let session: URLSession
     private let tasks: TaskTable
 
     /// A backend at `baseURL` (`http` or `https`). With `caFile` (PEM), https requests trust that CA
-    /// only. Throws for a URL that has no scheme or host, or an unreadable CA file.
-    public init(baseURL: URL, caFile: String? = nil, maxBodyBytes: Int = 4 * 1024 * 1024,
+    /// only (through ``CustomCATransport``). With `transport`, every request goes through it instead
+    /// of URLSession. Throws for a URL that has no scheme or host, an unreadable CA file, a CA file
+    /// this platform cannot trust yet, or both a CA file and a transport.
+    public init(baseURL: URL, caFile: String? = nil, transport: (any HTTPTransport)? = nil, maxBodyBytes: Int = 4 * 1024 * 1024,
                 assets: AssetDiskCache? = nil, timeoutMargin: Double = 1) throws(HTTPBackendError) {
         guard let scheme = baseURL.scheme?.lowercased(), scheme == "http" || scheme == "https",
               let host = baseURL.host, !host.isEmpty else {
@@ -50,7 +56,16 @@ public final class HTTPBackend: FlowBackend {
             guard FileManager.default.isReadableFile(atPath: caFile) else {
                 throw HTTPBackendError("--ca \(caFile): cannot read the file")
             }
+            guard transport == nil else { throw HTTPBackendError("--ca \(caFile): give a CA file or a transport, not both") }
+            do throws(HTTPBackendError) {
+                self.transport = try CustomCATransport.make(caFile: caFile)
+            } catch {
+                throw HTTPBackendError("--ca \(caFile): \(error.message)")
+            }
+        } else {
+            self.transport = transport
         }
+        transportTakesHTTP = caFile == nil
         self.caFile = caFile
         self.baseURL = baseURL
         self.maxBodyBytes = maxBodyBytes
@@ -111,10 +126,10 @@ public final class HTTPBackend: FlowBackend {
         if spec.kind == .asset, let cached = assets?.load(url.absoluteString) {
             return RequestCompletion(.success(.asset(bytes: cached.count)), bytes: cached.count)
         }
-        if let caFile, url.scheme?.lowercased() == "https" {
+        if let transport, transportTakesHTTP || url.scheme?.lowercased() == "https" {
             var headers = [("Accept", "application/json")]
             if spec.kind != .asset { headers.append(("X-Profile-Id", spec.profileId)) }
-            let answer = await TLSTransport.send("GET", url: url, headers: headers, caFile: caFile,
+            let answer = await transport.perform(HTTPExchange(method: "GET", url: url, headers: headers),
                                                  timeout: max(spec.timeout, 0.1) + timeoutMargin, maxBodyBytes: maxBodyBytes)
             switch answer {
             case .success(let a):

@@ -1,6 +1,7 @@
 import FlowFetch
 import FlowJSON
 import FlowScopeTools
+import FlowTLS
 import Synchronization
 import Foundation
 
@@ -53,6 +54,8 @@ let fetchCommand = Command(spec: CommandSpec(
         }
     }
     let backend: HTTPBackend
+    // --ca: OpenSSL trusts the CA, since URLSession on Linux cannot (the same on every platform).
+    if args.value("ca") != nil { TLSTransport.install() }
     do throws(HTTPBackendError) {
         backend = try HTTPBackend(baseURL: url, caFile: args.value("ca"), assets: assets)
     } catch {

@@ -1,6 +1,7 @@
 import FlowFetch
 import FlowJSON
 import FlowScopeServer
+import FlowScopeStubBackend
 import FlowScopeTools
 import FlowSim
 import Foundation

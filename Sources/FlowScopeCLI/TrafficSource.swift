@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import FlowTLS
 import Foundation
 import SQLiteSink
 #if canImport(FoundationNetworking)

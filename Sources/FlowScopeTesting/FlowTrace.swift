@@ -199,8 +199,9 @@ final class AttachStream: Sendable {
     private let endpoint: URL?
     private let token: String?
     private let problem: String?
-    /// FLOWSCOPE_CA: the server's certificate (or its CA), trusted through TLSTransport since URLSession
-    /// on Linux cannot trust a custom CA.
+    /// FLOWSCOPE_CA: the server's certificate (or its CA), trusted through ``CustomCATransport`` (on
+    /// Linux that needs `TLSTransport.install()` from the FlowTLS library, since URLSession there cannot
+    /// trust a custom CA). Looked up at the first send, so a test may install it in its own setup.
     private let caFile: String?
 
     init(server: String, token: String?, caFile: String?) {
@@ -246,9 +247,16 @@ final class AttachStream: Sendable {
         guard let endpoint else { return }
         let body = Array(batch.map { $0.jsonLine + "\n" }.joined().utf8)
         if let caFile, endpoint.scheme == "https" {
+            let transport: any HTTPTransport
+            do throws(HTTPBackendError) {
+                transport = try CustomCATransport.make(caFile: caFile)
+            } catch {
+                return fail("FLOWSCOPE_CA=\(caFile): \(error.message)")
+            }
             var headers = [("Content-Type", "application/x-ndjson")]
             if let token { headers.append(("Authorization", "Bearer \(token)")) }
-            switch await TLSTransport.send("POST", url: endpoint, headers: headers, body: body, caFile: caFile, timeout: 5, maxBodyBytes: 1 << 20) {
+            let exchange = HTTPExchange(method: "POST", url: endpoint, headers: headers, body: body)
+            switch await transport.perform(exchange, timeout: 5, maxBodyBytes: 1 << 20) {
             case .success(let a) where (200..<300).contains(a.status): break
             case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)")
             case .failure(let f): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")

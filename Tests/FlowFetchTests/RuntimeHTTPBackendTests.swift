@@ -1,6 +1,7 @@
 import TestSupport
 import FlowFetch
 import FlowJSON
+import FlowTLS
 import Foundation
 import Synchronization
 import Testing
@@ -193,7 +194,7 @@ struct HTTPBackendRealTimeTests {
 
     @Test("TLSTransport parses Content-Length, chunked and close-delimited answers")
     func responseParsing() throws {
-        func parse(_ text: String) -> Result<TLSTransport.Answer, TLSTransport.Failure> {
+        func parse(_ text: String) -> Result<HTTPAnswer, HTTPTransportFailure> {
             TLSTransport.parse(Array(text.utf8), maxBodyBytes: 100)
         }
         #expect(try parse("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").get().body == Array("hi".utf8))

@@ -1,6 +1,7 @@
 import TestSupport
 import FlowJSON
 import FlowScopeCLI
+import FlowScopeStubBackend
 import Foundation
 import Synchronization
 import Testing
@@ -70,12 +71,44 @@ struct FetchCommandRealTimeTests {
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "maxAge:-3"], "--policy maxAge:-3"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--load-timeout", "soon"], "--load-timeout soon"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/proc/nope"], "--cache-dir /proc/nope"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: a CA file applies to https://"),
+        (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/nonexistent/ca.pem"], "--ca /nonexistent/ca.pem: cannot read the file"),
     ])
     func badFlags(arguments: [String], fragment: String) async {
         let io = Captured()
         let status = await CommandLine.run(arguments, output: io.output)
         #expect(status == 2)
         #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
+    }
+
+    @Test("fetch --ca trusts the stub backend's self-signed certificate over HTTPS; without --ca it is a tls failure")
+    func fetchWithCustomCA() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-fetch-ca-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let made = try runProgram("/usr/bin/env", ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                                   "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost",
+                                                   "-addext", "subjectAltName=IP:127.0.0.1"])
+        try #require(made.status == 0, "openssl could not make a certificate: \(made.output)")
+        let tls = (try String(contentsOfFile: dir + "/cert.pem", encoding: .utf8), try String(contentsOfFile: dir + "/key.pem", encoding: .utf8))
+        let stub = try StubBackendServer(tls: tls) { r in
+            r.rawPath.hasSuffix("/audience")
+                ? StubPlan(.respond(status: 200, body: Array(Self.audience.utf8), contentType: "application/json"))
+                : StubPlan(.respond(status: 404, body: [], contentType: "text/plain"))
+        }
+        defer { stub.stop() }
+        #expect(stub.baseURL.hasPrefix("https://"))
+
+        let trusted = Captured()
+        let ok = await CommandLine.run(["fetch", "main", "--backend", stub.baseURL, "--ca", dir + "/cert.pem", "--load-timeout", "5"],
+                                       output: trusted.output)
+        #expect(ok == 0, "\(trusted.err.withLock { $0 })")
+        #expect(trusted.out.withLock { $0 }.contains("targeted main  ok"), "\(trusted.out.withLock { $0 })")
+
+        let untrusted = Captured()
+        let refused = await CommandLine.run(["fetch", "main", "--backend", stub.baseURL, "--load-timeout", "5"], output: untrusted.output)
+        #expect(refused == 1)
+        #expect(untrusted.out.withLock { $0 }.contains("targeted main  tls"), "\(untrusted.out.withLock { $0 })")
     }
 
     @Test("stub-backend rejects bad flags and bad scenario files with exit 2", arguments: [

@@ -1,4 +1,4 @@
-@testable import FlowScopeTools
+@testable import FlowScopeStubBackend
 import Foundation
 import Synchronization
 import Testing

@@ -1,7 +1,9 @@
 import FlowFetch
 import FlowJSON
+import FlowScopeStubBackend
 import FlowScopeTesting
 import FlowSim
+import FlowTLS
 import Foundation
 import Testing
 
@@ -238,6 +240,7 @@ struct StubBackendRealTimeTests {
 
     @Test("HTTPS with a custom CA: HTTPBackend(caFile:) trusts it, another certificate is a tls failure, a hang stays bounded")
     func httpsWithCustomCA() async throws {
+        TLSTransport.install()  // URLSession on Linux cannot trust a custom CA
         let dir = Fixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let tls = try Self.certificate(in: dir + "/a")
@@ -264,6 +267,7 @@ struct StubBackendRealTimeTests {
 
     @Test("FLOWSCOPE_CA: events are streamed over HTTPS to a server with a self-signed certificate")
     func attachOverTLS() async throws {
+        TLSTransport.install()  // URLSession on Linux cannot trust a custom CA
         let dir = Fixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let tls = try Self.certificate(in: dir)

@@ -1,35 +1,51 @@
 import COpenSSL
+import FlowFetch
 import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
-/// One HTTP/1.1 exchange over TLS (OpenSSL), verifying the server against a given PEM CA file and
-/// the URL's host. It exists because URLSession on Linux cannot trust a custom CA (it never calls
-/// trust delegates and ignores CA settings); ``HTTPBackend`` uses it when given a CA file.
+/// HTTP/1.1 exchanges over TLS (OpenSSL), verifying the server against a given PEM CA file and the
+/// URL's host. It exists because URLSession on Linux cannot trust a custom CA (it never calls trust
+/// delegates and ignores CA settings). `TLSTransport.install()` makes it the way ``HTTPBackend``
+/// (`caFile:`) and the test kit's attach (FLOWSCOPE_CA) trust a custom CA in this process.
 ///
 /// Each exchange runs on its own thread with blocking I/O (`Connection: close`); cancelling the
 /// calling task shuts the socket down, which ends the exchange at once.
-public enum TLSTransport {
-    /// An exchange's answer.
-    public struct Answer: Sendable {
-        public var status: Int
-        public var body: [UInt8]
+///
+/// ```swift
+/// TLSTransport.install()
+/// let backend = try HTTPBackend(baseURL: URL(string: "https://127.0.0.1:8443")!, caFile: "ca.pem")
+/// ```
+public struct TLSTransport: HTTPTransport {
+    /// The PEM file of the CA (or self-signed certificate) servers are verified against.
+    public let caFile: String
+
+    /// A transport that trusts only `caFile`. Throws when the file cannot be read.
+    public init(caFile: String) throws(HTTPBackendError) {
+        guard FileManager.default.isReadableFile(atPath: caFile) else { throw HTTPBackendError("cannot read the file") }
+        self.caFile = caFile
     }
 
-    /// Why an exchange failed: `refused`, `reset`, `dns`, `tls`, `timeout`, `cancelled`, `toolarge`, `protocol`.
-    public struct Failure: Error, Sendable, Equatable {
-        public var reason: String
-        public var detail: String
+    /// Makes this transport the way custom CAs are trusted in this process (``CustomCATransport``).
+    public static func install() {
+        CustomCATransport.install { caFile throws(HTTPBackendError) in try TLSTransport(caFile: caFile) }
+    }
+
+    public func perform(_ exchange: HTTPExchange, timeout: Double, maxBodyBytes: Int) async -> Result<HTTPAnswer, HTTPTransportFailure> {
+        await Self.send(exchange.method, url: exchange.url, headers: exchange.headers, body: exchange.body, caFile: caFile,
+                        timeout: timeout, maxBodyBytes: maxBodyBytes)
     }
 
     /// Sends `method url` with `headers` and `body`; trusts only `caFile`; gives up after `timeout` seconds.
     public static func send(_ method: String, url: URL, headers: [(String, String)] = [], body: [UInt8] = [],
-                            caFile: String, timeout: Double, maxBodyBytes: Int) async -> Result<Answer, Failure> {
+                            caFile: String, timeout: Double, maxBodyBytes: Int) async -> Result<HTTPAnswer, HTTPTransportFailure> {
         let control = ExchangeControl()
         return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPAnswer, HTTPTransportFailure>, Never>) in
                 let thread = Thread {
                     // OpenSSL writes with write(2): a peer that closed (or a cancelled exchange's shut
                     // down socket) would raise SIGPIPE and kill the process. Blocked on this thread,
@@ -51,9 +67,9 @@ public enum TLSTransport {
     }
 
     private static func exchange(_ method: String, url: URL, headers: [(String, String)], body: [UInt8], caFile: String,
-                                 timeout: Double, maxBodyBytes: Int, control: ExchangeControl) -> Result<Answer, Failure> {
-        func fail(_ reason: String, _ detail: String) -> Result<Answer, Failure> {
-            .failure(Failure(reason: control.cancelled.load(ordering: .relaxed) ? "cancelled" : reason, detail: detail))
+                                 timeout: Double, maxBodyBytes: Int, control: ExchangeControl) -> Result<HTTPAnswer, HTTPTransportFailure> {
+        func fail(_ reason: String, _ detail: String) -> Result<HTTPAnswer, HTTPTransportFailure> {
+            .failure(HTTPTransportFailure(reason: control.cancelled.load(ordering: .relaxed) ? "cancelled" : reason, detail: detail))
         }
         guard url.scheme == "https", let host = url.host else { return fail("protocol", "expected an https URL") }
         let port = url.port ?? 443
@@ -61,11 +77,11 @@ public enum TLSTransport {
 
         // Resolve and connect.
         var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_socktype = streamSocketType
         var list: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, String(port), &hints, &list) == 0, let first = list else { return fail("dns", "cannot resolve \(host)") }
         defer { freeaddrinfo(list) }
-        let fd = Glibc.socket(first.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = openStreamSocket(first.pointee.ai_family)
         guard fd >= 0 else { return fail("transport", "socket: \(String(cString: strerror(errno)))") }
         control.socket.withLock { $0 = fd }
         defer {
@@ -132,7 +148,7 @@ public enum TLSTransport {
             if raw.isEmpty { return fail("reset", "connection closed without an answer") }
             break
         }
-        return parse(raw, maxBodyBytes: maxBodyBytes).mapError { Failure(reason: "protocol", detail: $0.detail) }
+        return parse(raw, maxBodyBytes: maxBodyBytes).mapError { HTTPTransportFailure(reason: "protocol", detail: $0.detail) }
     }
 
     /// The socket of a running exchange and whether it was cancelled, shared with the cancellation handler.
@@ -142,14 +158,14 @@ public enum TLSTransport {
     }
 
     /// Parses a complete HTTP/1.1 response (Content-Length, chunked, or to the end).
-    public static func parse(_ raw: [UInt8], maxBodyBytes: Int) -> Result<Answer, Failure> {
+    public static func parse(_ raw: [UInt8], maxBodyBytes: Int) -> Result<HTTPAnswer, HTTPTransportFailure> {
         guard let end = find([13, 10, 13, 10], in: raw, from: 0) else {
-            return raw.isEmpty ? .failure(Failure(reason: "reset", detail: "no answer")) : .failure(Failure(reason: "protocol", detail: "incomplete header"))
+            return raw.isEmpty ? .failure(HTTPTransportFailure(reason: "reset", detail: "no answer")) : .failure(HTTPTransportFailure(reason: "protocol", detail: "incomplete header"))
         }
         let lines = String(decoding: raw[..<end], as: UTF8.self).components(separatedBy: "\r\n")
         let statusParts = lines[0].split(separator: " ")
         guard statusParts.count >= 2, statusParts[0].hasPrefix("HTTP/1."), let status = Int(statusParts[1]) else {
-            return .failure(Failure(reason: "protocol", detail: "bad status line"))
+            return .failure(HTTPTransportFailure(reason: "protocol", detail: "bad status line"))
         }
         var fields: [String: String] = [:]
         for l in lines.dropFirst() {
@@ -163,21 +179,21 @@ public enum TLSTransport {
             while let lineEnd = find([13, 10], in: body, from: i) {
                 let sizeText = String(decoding: body[i..<lineEnd], as: UTF8.self).split(separator: ";").first ?? ""
                 guard let size = Int(sizeText.trimmingCharacters(in: .whitespaces), radix: 16) else {
-                    return .failure(Failure(reason: "protocol", detail: "bad chunk size"))
+                    return .failure(HTTPTransportFailure(reason: "protocol", detail: "bad chunk size"))
                 }
                 if size == 0 { break }
                 let start = lineEnd + 2
-                guard start + size <= body.count else { return .failure(Failure(reason: "protocol", detail: "truncated chunk")) }
+                guard start + size <= body.count else { return .failure(HTTPTransportFailure(reason: "protocol", detail: "truncated chunk")) }
                 out.append(contentsOf: body[start..<(start + size)])
                 i = start + size + 2
             }
             body = out
         } else if let length = fields["content-length"].flatMap({ Int($0) }) {
-            guard body.count >= length else { return .failure(Failure(reason: "reset", detail: "body cut short")) }
+            guard body.count >= length else { return .failure(HTTPTransportFailure(reason: "reset", detail: "body cut short")) }
             body = Array(body.prefix(length))
         }
-        guard body.count <= maxBodyBytes else { return .failure(Failure(reason: "toolarge", detail: "body over \(maxBodyBytes) bytes")) }
-        return .success(Answer(status: status, body: body))
+        guard body.count <= maxBodyBytes else { return .failure(HTTPTransportFailure(reason: "toolarge", detail: "body over \(maxBodyBytes) bytes")) }
+        return .success(HTTPAnswer(status: status, body: body))
     }
 
     private static func find(_ needle: [UInt8], in hay: [UInt8], from: Int) -> Int? {
@@ -190,3 +206,25 @@ public enum TLSTransport {
         return nil
     }
 }
+
+#if canImport(Glibc)
+private let streamSocketType = Int32(SOCK_STREAM.rawValue)
+
+/// A TCP socket closed on exec.
+private func openStreamSocket(_ family: Int32) -> Int32 {
+    Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+}
+#elseif canImport(Darwin)
+private let streamSocketType = SOCK_STREAM
+
+/// A TCP socket closed on exec that raises no SIGPIPE when the peer has gone.
+private func openStreamSocket(_ family: Int32) -> Int32 {
+    let fd = Darwin.socket(family, SOCK_STREAM, 0)
+    if fd >= 0 {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+    return fd
+}
+#endif

@@ -7,6 +7,8 @@ import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// A request the stub backend received.
@@ -76,7 +78,12 @@ public final class StubBackendServer: Sendable {
         baseURL = "\(tls == nil ? "http" : "https")://\(bind):\(bound)"
         context = StubContext(plan: plan)
         daemon = Mutex(nil)
-        var flags = MHD_USE_EPOLL_INTERNAL_THREAD.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
+        #if os(Linux)
+        let polling = MHD_USE_EPOLL_INTERNAL_THREAD.rawValue
+        #else
+        let polling = MHD_USE_POLL_INTERNAL_THREAD.rawValue  // epoll is Linux's only
+        #endif
+        var flags = polling | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         let cls = Unmanaged.passUnretained(context).toOpaque()
         let completed: MHD_RequestCompletedCallback = stubCompleted
         let logger: MHD_LogCallback = stubLog
@@ -170,12 +177,12 @@ public final class StubBackendServer: Sendable {
         }
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = openStreamSocket()
         guard fd >= 0 else { throw StubBackendError("cannot create a socket") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard ok == 0, Glibc.listen(fd, 128) == 0 else {
+        let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { systemBind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard ok == 0, systemListen(fd, 128) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw StubBackendError("cannot listen on \(bind):\(port): \(reason)")
@@ -372,8 +379,8 @@ final class StubContext: Sendable {
             return exchange.suspend() ? .YES : .NO
         case .reset:
             if let fd = ConnectionSocket.fd(connection) {
-                var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
-                setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+                var abort = linger(l_onoff: 1, l_linger: 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
             }
             return .NO
         case .drip(let status, let body, _):
@@ -512,3 +519,20 @@ private func stubLog(cls: UnsafeMutableRawPointer?, format: UnsafePointer<CChar>
     let line = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     Unmanaged<StubContext>.fromOpaque(cls).takeUnretainedValue().record(log: line)
 }
+
+// The socket calls the stub makes, named apart from its own `listen`, on Linux and on Apple platforms.
+#if canImport(Glibc)
+/// A TCP socket closed on exec.
+private func openStreamSocket() -> Int32 { socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+private func systemBind(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 { Glibc.bind(fd, address, length) }
+private func systemListen(_ fd: Int32, _ backlog: Int32) -> Int32 { Glibc.listen(fd, backlog) }
+#elseif canImport(Darwin)
+/// A TCP socket closed on exec.
+private func openStreamSocket() -> Int32 {
+    let fd = socket(AF_INET, SOCK_STREAM, 0)
+    if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    return fd
+}
+private func systemBind(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 { Darwin.bind(fd, address, length) }
+private func systemListen(_ fd: Int32, _ backlog: Int32) -> Int32 { Darwin.listen(fd, backlog) }
+#endif
