@@ -539,7 +539,9 @@ private enum Machine: Sendable {
     case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
     case layout(LayoutMachine), prefetch(AssetPrefetchMachine), profile(ProfileMachine)
 
-    /// Hands an input to the machine, mutated in place (moved out and back, never copied).
+    /// Hands an input to the machine, mutated in place (moved out and back, never copied). Inlined,
+    /// so that each caller keeps only the branch of its input (a cache hit: `start` alone).
+    @inline(__always)
     mutating func handle(_ input: borrowing MachineInput, now: EngineTime, cache: FlowEngine, actions: inout [MachineAction]) {
         switch consume self {
         case .get(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .get(m)
