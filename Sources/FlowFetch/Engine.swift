@@ -18,10 +18,10 @@ public protocol EngineHost: AnyObject {
     /// Stops a request: its answer, if it comes, is ignored.
     func cancel(_ request: RequestID)
     /// Calls ``FlowEngine/timerFired(_:now:)`` at engine time `at`.
-    func schedule(_ timer: TimerID, at: Double)
+    func schedule(_ timer: TimerID, at: EngineTime)
     func unschedule(_ timer: TimerID)
     /// A call started through the engine's API has ended. Exactly once per call.
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double)
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime)
 }
 
 /// The engine: runs the fetch machines, owns the profile and the caches, executes the machines'
@@ -30,18 +30,20 @@ public protocol EngineHost: AnyObject {
 public final class FlowEngine: CacheView {
     /// Client configuration.
     public struct Configuration: Sendable {
-        /// Per-request limit for requests that have no loadTimeout.
+        /// Per-request limit for requests that have no loadTimeout, in seconds.
         public var requestTimeout: Double
         /// The bundled fallback flows and layouts.
         public var fallback: FallbackFile?
         /// Engine time of activation (attribution delays are measured from it).
-        public var activatedAt: Double
-        public init(requestTimeout: Double = Budget.defaultRequestTimeout, fallback: FallbackFile? = nil, activatedAt: Double = 0) {
+        public var activatedAt: EngineTime
+        public init(requestTimeout: Double = Budget.defaultRequestTimeout, fallback: FallbackFile? = nil, activatedAt: EngineTime = .zero) {
             self.requestTimeout = requestTimeout; self.fallback = fallback; self.activatedAt = activatedAt
         }
     }
 
     public let configuration: Configuration
+    /// The configuration's requestTimeout in engine time, converted once.
+    private let requestTimeout: EngineTime
     // Unchecked exclusivity: read on every call; the engine is driven from one thread at a time and
     // no access outlives the statement that makes it.
     @exclusivity(unchecked) public private(set) var profile: Profile
@@ -55,10 +57,6 @@ public final class FlowEngine: CacheView {
     private let reportsEvents: Bool
     @exclusivity(unchecked) private var newTrace: () -> TraceID
 
-    private enum Machine: Sendable {
-        case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
-        case layout(LayoutMachine), prefetch(AssetPrefetchMachine), profile(ProfileMachine)
-    }
     /// What actions need of their call, without copying its machine and tables.
     private struct CallInfo {
         let trace: TraceID
@@ -95,6 +93,7 @@ public final class FlowEngine: CacheView {
     public init(configuration: Configuration = .init(), profile: Profile, flowCache: FlowCache, layouts: LayoutStore,
                 host: EngineHost, events: EngineEventSink?, traceIDs: @escaping () -> TraceID) {
         self.configuration = configuration
+        self.requestTimeout = EngineTime(seconds: configuration.requestTimeout)
         self.profile = profile
         self.flowCache = flowCache
         self.layouts = layouts
@@ -108,7 +107,7 @@ public final class FlowEngine: CacheView {
 
     /// Starts getFlow. Throws wrongParam (3001) at once, with no request, for invalid arguments.
     public func getFlow(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
-                        loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+                        loadTimeout: Double = Budget.defaultLoadTimeout, now: EngineTime) throws(FlowError) -> CallID {
         var m = try GetFlowMachine(call: .getFlow(loadTimeout: loadTimeout), placement: placement, policy: policy,
                                    profileId: profile.id, fallback: configuration.fallback)
         m.reportsEvents = reportsEvents
@@ -117,30 +116,30 @@ public final class FlowEngine: CacheView {
 
     /// Starts getFlowForDefaultAudience.
     public func getFlowForDefaultAudience(placement: String, policy: FetchPolicy = .reloadRevalidatingCacheData,
-                                          now: Double) throws(FlowError) -> CallID {
-        var m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout), placement: placement,
+                                          now: EngineTime) throws(FlowError) -> CallID {
+        var m = try GetFlowMachine(call: .defaultAudience(requestTimeout: requestTimeout), placement: placement,
                                    policy: policy, profileId: profile.id, fallback: configuration.fallback)
         m.reportsEvents = reportsEvents
         return begin(.get(consume m), now: now)
     }
 
     /// Starts preloadFlows.
-    public func preloadFlows(placements: [String], loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+    public func preloadFlows(placements: [String], loadTimeout: Double = Budget.defaultLoadTimeout, now: EngineTime) throws(FlowError) -> CallID {
         var m = try PreloadMachine(call: .targeted(loadTimeout: loadTimeout), placements: placements, profileId: profile.id)
         m.reportsEvents = reportsEvents
         return begin(.preload(consume m), now: now)
     }
 
     /// Starts preloadFlowsForDefaultAudience.
-    public func preloadFlowsForDefaultAudience(placements: [String], now: Double) throws(FlowError) -> CallID {
-        var m = try PreloadMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+    public func preloadFlowsForDefaultAudience(placements: [String], now: EngineTime) throws(FlowError) -> CallID {
+        var m = try PreloadMachine(call: .defaultAudience(requestTimeout: requestTimeout),
                                    placements: placements, profileId: profile.id)
         m.reportsEvents = reportsEvents
         return begin(.preload(consume m), now: now)
     }
 
     /// Starts getFlowOrDefault (the attribution race).
-    public func getFlowOrDefault(placement: String, timeout: Double, now: Double) throws(FlowError) -> CallID {
+    public func getFlowOrDefault(placement: String, timeout: Double, now: EngineTime) throws(FlowError) -> CallID {
         var m = try OrDefaultMachine(placement: placement, timeout: timeout,
                                      attributed: profile.appliedAttributionSources.contains("appleAds"))
         m.reportsEvents = reportsEvents
@@ -150,7 +149,7 @@ public final class FlowEngine: CacheView {
     /// Starts getFlowConfiguration for a flow; images whose custom media id `isBundled` (the app's
     /// assets resolver) come from the app bundle and are never downloaded.
     public func getFlowConfiguration(flow: Flow, isBundled: @escaping @Sendable (String) -> Bool = { _ in false },
-                                     loadTimeout: Double = Budget.defaultLoadTimeout, now: Double) throws(FlowError) -> CallID {
+                                     loadTimeout: Double = Budget.defaultLoadTimeout, now: EngineTime) throws(FlowError) -> CallID {
         let m = try LayoutMachine(flow: flow, loadTimeout: loadTimeout, isBundled: isBundled,
                                   fallback: configuration.fallback, profileId: profile.id)
         return begin(.layout(consume m), now: now)
@@ -165,44 +164,26 @@ public final class FlowEngine: CacheView {
     // MARK: inputs from the driver
 
     /// A request has finished.
-    public func response(_ request: RequestID, _ completion: RequestCompletion, now: Double) {
+    public func response(_ request: RequestID, _ completion: RequestCompletion, now: EngineTime) {
         guard let owner = requestOwners.removeValue(forKey: request.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.request, tag: owner.tag)
-        drive(owner.call, now: now) { machine, cache, actions in
-            switch consume machine {
-            case .get(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .get(m)
-            case .preload(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .preload(m)
-            case .orDefault(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
-            case .layout(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .layout(m)
-            case .prefetch(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .prefetch(m)
-            case .profile(var m): m.response(tag: owner.tag, completion, now: now, cache: cache, actions: &actions); machine = .profile(m)
-            }
-        }
+        drive(owner.call, .response(tag: owner.tag, completion), now: now)
     }
 
     /// A timer has fired.
-    public func timerFired(_ timer: TimerID, now: Double) {
+    public func timerFired(_ timer: TimerID, now: EngineTime) {
         guard let owner = timerOwners.removeValue(forKey: timer.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.timer, tag: owner.tag)
-        drive(owner.call, now: now) { machine, cache, actions in
-            switch consume machine {
-            case .get(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .get(m)
-            case .preload(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .preload(m)
-            case .orDefault(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .orDefault(m)
-            case .layout(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .layout(m)
-            case .prefetch(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .prefetch(m)
-            case .profile(var m): m.timer(tag: owner.tag, now: now, cache: cache, actions: &actions); machine = .profile(m)
-            }
-        }
+        drive(owner.call, .timer(tag: owner.tag), now: now)
     }
 
     /// The caller cancelled a call: it ends with operationInterrupted (9000).
-    public func cancel(_ call: CallID, now: Double) {
+    public func cancel(_ call: CallID, now: EngineTime) {
         abort(call, FlowError(.operationInterrupted, "the call was cancelled"), now: now)
     }
 
     /// Ends every running call with `error` (a restart uses operationInterrupted).
-    public func interruptAll(_ error: FlowError = FlowError(.operationInterrupted, "interrupted"), now: Double) {
+    public func interruptAll(_ error: FlowError = FlowError(.operationInterrupted, "interrupted"), now: EngineTime) {
         for raw in calls.keysInTableOrder.sorted() where calls[raw]?.parent == nil {
             abort(CallID(raw: raw), error, now: now)
         }
@@ -212,16 +193,16 @@ public final class FlowEngine: CacheView {
     /// other profile's cache entries are dropped, and the profile is fetched in the background.
     /// Returns the trace of the switch (its events and the profile request), or nil when it is the same profile.
     @discardableResult
-    public func identify(_ profileId: String, now: Double) -> TraceID? {
+    public func identify(_ profileId: String, now: EngineTime) -> TraceID? {
         guard profileId != profile.id, !profileId.isEmpty else { return nil }
         let old = profile.id
         interruptAll(FlowError(.profileWasChanged, "profile changed from \(old) to \(profileId)"), now: now)
         profile = Profile(id: profileId)
         flowCache.retainOnly(profileId: profileId)
-        let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: configuration.requestTimeout)),
+        let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: requestTimeout)),
                          now: now, reported: false, first: { engine, trace in
             guard engine.reportsEvents else { return }
-            engine.record(EngineEvent(name: .profileChanged, t: now, placement: nil, trace: trace,
+            engine.record(EngineEvent(name: .profileChanged, t: now.seconds, placement: nil, trace: trace,
                                       span: SpanID(trace: trace, index: 0),
                                       attrs: ["from": .string(old), "to": .string(profileId)]))
         })
@@ -230,31 +211,26 @@ public final class FlowEngine: CacheView {
     }
 
     /// The backend applied an attribution source to the current profile (observed now).
-    public func applyAttribution(_ source: String, now: Double) {
+    public func applyAttribution(_ source: String, now: EngineTime) {
         applyAttribution(source, now: now, trace: nil)
         flushEvents()
     }
 
     /// Applies attribution; `trace` is the call that observed it (a profile fetch), or nil for a new trace.
-    private func applyAttribution(_ source: String, now: Double, trace observed: TraceID?) {
+    private func applyAttribution(_ source: String, now: EngineTime, trace observed: TraceID?) {
         guard !profile.appliedAttributionSources.contains(source) else { return }
         profile.appliedAttributionSources.insert(source)
         let trace = observed ?? newTrace()
         if observed == nil { lastTrace = trace }
         if reportsEvents {
-            record(EngineEvent(name: .attributionApplied, t: now, placement: nil, trace: trace,
+            record(EngineEvent(name: .attributionApplied, t: now.seconds, placement: nil, trace: trace,
                                span: SpanID(trace: trace, index: 0),
                                attrs: ["source": .string(source), "after": seconds(now - configuration.activatedAt)]))
         }
         guard source == "appleAds" else { return }
         for id in attributionWatchers.sorted() {
             attributionWatchers.remove(id)
-            drive(id, now: now) { machine, cache, actions in
-                if case .orDefault(var m) = machine {
-                    m.attributionApplied(now: now, cache: cache, actions: &actions)
-                    machine = .orDefault(m)
-                }
-            }
+            drive(id, .attributionApplied, now: now)
         }
     }
 
@@ -282,7 +258,7 @@ public final class FlowEngine: CacheView {
 
     // MARK: running machines
 
-    private func begin(_ machine: consuming Machine, now: Double, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
+    private func begin(_ machine: consuming Machine, now: EngineTime, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
                        trace inherited: TraceID? = nil, spanBase: UInt64 = 0, origin: CallID? = nil,
                        first: ((FlowEngine, TraceID) -> Void)? = nil) -> CallID {
         let id = CallID(raw: nextID)
@@ -293,14 +269,7 @@ public final class FlowEngine: CacheView {
         first?(self, trace)
         var machine = machine
         var actions = takeActionBuffer()
-        switch consume machine {
-        case .get(var m): m.start(now: now, cache: self, actions: &actions); machine = .get(m)
-        case .preload(var m): m.start(now: now, cache: self, actions: &actions); machine = .preload(m)
-        case .orDefault(var m): m.start(now: now, cache: self, actions: &actions); machine = .orDefault(m)
-        case .layout(var m): m.start(now: now, cache: self, actions: &actions); machine = .layout(m)
-        case .prefetch(var m): m.start(now: now, cache: self, actions: &actions); machine = .prefetch(m)
-        case .profile(var m): m.start(now: now, cache: self, actions: &actions); machine = .profile(m)
-        }
+        machine.handle(.start, now: now, cache: self, actions: &actions)
         if actions.allSatisfy(\.endsWithinStart) {
             // A call that ends during its start (a cache hit) never enters the call table.
             performWithinStart(&actions, id, info, parent: parent, reported: reported, now: now)
@@ -316,7 +285,7 @@ public final class FlowEngine: CacheView {
     /// Carries out the actions of a call that ends in its start: events, cache writes, its end.
     /// Actions are moved out of the buffer as they are carried out (none is copied).
     private func performWithinStart(_ actions: inout [MachineAction], _ id: CallID, _ call: CallInfo,
-                                    parent: (call: CallID, tag: Int)?, reported: Bool, now: Double) {
+                                    parent: (call: CallID, tag: Int)?, reported: Bool, now: EngineTime) {
         for i in actions.indices {
             let action = take(&actions[i])
             switch consume action {
@@ -351,32 +320,23 @@ public final class FlowEngine: CacheView {
         if spareActions.count < 8 { spareActions.append(actions) }
     }
 
-    private func abort(_ id: CallID, _ error: FlowError, now: Double) {
-        drive(id, now: now) { machine, _, actions in
-            switch consume machine {
-            case .get(var m): m.abort(error, now: now, actions: &actions); machine = .get(m)
-            case .preload(var m): m.abort(error, now: now, actions: &actions); machine = .preload(m)
-            case .orDefault(var m): m.abort(error, now: now, actions: &actions); machine = .orDefault(m)
-            case .layout(var m): m.abort(error, now: now, actions: &actions); machine = .layout(m)
-            case .prefetch(var m): m.abort(error, now: now, actions: &actions); machine = .prefetch(m)
-            case .profile(var m): m.abort(error, now: now, actions: &actions); machine = .profile(m)
-            }
-        }
+    private func abort(_ id: CallID, _ error: FlowError, now: EngineTime) {
+        drive(id, .abort(error), now: now)
     }
 
     /// Runs one input through a call's machine (mutated in place in the call table), then carries
     /// out the actions it returned.
-    private func drive(_ id: CallID, now: Double, _ body: (inout Machine, FlowEngine, inout [MachineAction]) -> Void) {
+    private func drive(_ id: CallID, _ input: MachineInput, now: EngineTime) {
         guard let call = calls[id.raw] else { return }
         var actions = takeActionBuffer()
-        body(&call.machine, self, &actions)
+        call.machine.handle(input, now: now, cache: self, actions: &actions)
         perform(&actions, for: id, now: now)
         giveBack(&actions)
         flushEvents()
     }
 
     /// Carries out a call's actions in order, moving each out of the buffer (none is copied).
-    private func perform(_ actions: inout [MachineAction], for id: CallID, now: Double) {
+    private func perform(_ actions: inout [MachineAction], for id: CallID, now: EngineTime) {
         for i in actions.indices {
             let action = take(&actions[i])
             // The call may have ended during an earlier action (a finished child, an abort).
@@ -423,7 +383,7 @@ public final class FlowEngine: CacheView {
                     var m: GetFlowMachine
                     switch child {
                     case .defaultAudience(let placement):
-                        m = try GetFlowMachine(call: .defaultAudience(requestTimeout: configuration.requestTimeout),
+                        m = try GetFlowMachine(call: .defaultAudience(requestTimeout: requestTimeout),
                                                placement: placement, profileId: profile.id,
                                                fallback: configuration.fallback, reportsCall: false)
                     case .targeted(let placement, let loadTimeout):
@@ -453,7 +413,7 @@ public final class FlowEngine: CacheView {
                 let placement: String
                 if case .layout(let m) = running.machine { placement = m.flow.placementId } else { placement = "" }
                 _ = begin(.prefetch(AssetPrefetchMachine(placement: placement, urls: urls,
-                                                         requestTimeout: configuration.requestTimeout, profileId: profile.id)),
+                                                         requestTimeout: requestTimeout, profileId: profile.id)),
                           now: now, reported: false, trace: call.trace, spanBase: call.spanBase + 100_000, origin: call.origin)
             case .applyAttribution(let sources):
                 for source in sources.sorted() { applyAttribution(source, now: now, trace: call.trace) }
@@ -464,7 +424,7 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    private func store(_ placement: String, _ entry: CachedFlow, keepTargeted: Bool, _ call: CallInfo, _ now: Double) {
+    private func store(_ placement: String, _ entry: CachedFlow, keepTargeted: Bool, _ call: CallInfo, _ now: EngineTime) {
         let key = cacheKey(placement)
         let result = flowCache.write(key, entry, keepTargeted: keepTargeted, measure: reportsEvents)
         if let corrupt = result.corrupt {
@@ -480,13 +440,13 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    private func store(_ layout: Layout, _ call: CallInfo, _ now: Double) {
+    private func store(_ layout: Layout, _ call: CallInfo, _ now: EngineTime) {
         layouts.write(layout)
         emit(.layoutStored, placement: nil, span: 0,
              ["layoutId": .string(layout.id), "version": .number(Double(layout.version))], call, now)
     }
 
-    private func finish(_ id: CallID, _ outcome: CallOutcome, now: Double) {
+    private func finish(_ id: CallID, _ outcome: CallOutcome, now: EngineTime) {
         guard let call = calls.removeValue(forKey: id.raw) else { return }
         for entry in call.owned.entries {
             switch entry.kind {
@@ -500,7 +460,7 @@ public final class FlowEngine: CacheView {
     }
 
     /// Hands an ended call's outcome to its parent, or to the host when the host started it.
-    private func conclude(_ id: CallID, parent: (call: CallID, tag: Int)?, reported: Bool, _ outcome: CallOutcome, now: Double) {
+    private func conclude(_ id: CallID, parent: (call: CallID, tag: Int)?, reported: Bool, _ outcome: CallOutcome, now: EngineTime) {
         if let parent {
             _ = calls[parent.call.raw]?.owned.remove(.child, tag: parent.tag)
             deliverChild(parent.call, tag: parent.tag, outcome, now: now)
@@ -510,28 +470,23 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    private func deliverChild(_ parent: CallID, tag: Int, _ outcome: CallOutcome, now: Double) {
-        drive(parent, now: now) { machine, cache, actions in
-            if case .orDefault(var m) = machine {
-                m.child(tag: tag, outcome, now: now, cache: cache, actions: &actions)
-                machine = .orDefault(m)
-            }
-        }
+    private func deliverChild(_ parent: CallID, tag: Int, _ outcome: CallOutcome, now: EngineTime) {
+        drive(parent, .child(tag: tag, outcome), now: now)
     }
 
     private func emit(_ name: EventName, placement: String?, span: Int, _ attrs: @autoclosure () -> EventAttributes,
-                      _ call: CallInfo, _ now: Double) {
+                      _ call: CallInfo, _ now: EngineTime) {
         guard reportsEvents else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
-        record(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
+        record(EngineEvent(name: name, t: now.seconds, placement: placement, trace: call.trace, span: spanID, attrs: attrs()))
     }
 
     /// Emits an event whose attributes a machine already built (moved in, not copied).
     private func emitBuilt(_ name: EventName, placement: consuming String?, span: Int, _ attrs: consuming EventAttributes,
-                           _ call: CallInfo, _ now: Double) {
+                           _ call: CallInfo, _ now: EngineTime) {
         guard reportsEvents else { return }
         let spanID = SpanID(trace: call.trace, index: call.spanBase + UInt64(span))
-        record(EngineEvent(name: name, t: now, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
+        record(EngineEvent(name: name, t: now.seconds, placement: placement, trace: call.trace, span: spanID, attrs: attrs))
     }
 
     /// Events of the input being handled. The sink gets them in one call, in order, before the engine
@@ -578,59 +533,49 @@ private struct Owned {
     }
 }
 
-/// The background profile fetch after identify: learns which attribution the backend has applied.
-public struct ProfileMachine: FetchMachine {
-    public let profileId: String
-    public let requestTimeout: Double
-    private var startedAt = 0.0
-    private var done = false
+/// A running call's machine: one case per kind of call. Adding a machine adds a case here and a
+/// line to ``handle(_:now:cache:actions:)``; the engine dispatches every input through that one switch.
+private enum Machine: Sendable {
+    case get(GetFlowMachine), preload(PreloadMachine), orDefault(OrDefaultMachine)
+    case layout(LayoutMachine), prefetch(AssetPrefetchMachine), profile(ProfileMachine)
 
-    public init(profileId: String, requestTimeout: Double) { self.profileId = profileId; self.requestTimeout = requestTimeout }
-
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
-        startedAt = now
-        actions.append(.emit(.requestStart, placement: nil, span: 1, attrs: ["kind": "profile", "timeout": seconds(requestTimeout)]))
-        actions.append(.send(tag: 0, RequestSpec(kind: .profile, profileId: profileId, timeout: requestTimeout)))
-        actions.append(.setTimer(tag: 1, at: now + requestTimeout))
-    }
-
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
-                                  actions: inout [MachineAction]) {
-        guard !done else { return }
-        actions.append(.clearTimer(tag: 1))
-        var attrs: EventAttributes = ["kind": "profile", "duration": seconds(now - startedAt), "bytes": .number(Double(completion.bytes))]
-        var applied: [String] = []
-        switch completion.result {
-        case .success(.profile(let p)) where p.id == profileId:
-            attrs["outcome"] = "ok"
-            applied = Array(p.appliedAttributionSources)
-        case .success:
-            attrs["outcome"] = "malformed"
-        case .failure(let f):
-            attrs["outcome"] = .string(f.outcome)
+    /// Hands an input to the machine, mutated in place (moved out and back, never copied). Inlined,
+    /// so that each caller keeps only the branch of its input (a cache hit: `start` alone).
+    @inline(__always)
+    mutating func handle(_ input: borrowing MachineInput, now: EngineTime, cache: FlowEngine, actions: inout [MachineAction]) {
+        switch consume self {
+        case .get(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .get(m)
+        case .preload(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .preload(m)
+        case .orDefault(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .orDefault(m)
+        case .layout(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .layout(m)
+        case .prefetch(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .prefetch(m)
+        case .profile(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .profile(m)
         }
-        actions.append(.emit(.requestEnd, placement: nil, span: 1, attrs: attrs))
-        if !applied.isEmpty { actions.append(.applyAttribution(applied)) }
-        end(&actions)
     }
+}
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
-        guard !done else { return }
-        actions.append(.cancel(tag: 0))
-        actions.append(.emit(.requestEnd, placement: nil, span: 1,
-                             attrs: ["kind": "profile", "outcome": "timeout", "duration": seconds(now - startedAt), "bytes": 0]))
-        end(&actions)
-    }
+/// An input to a machine, as the engine receives it from the app or its driver.
+private enum MachineInput {
+    case start
+    case response(tag: Int, RequestCompletion)
+    case timer(tag: Int)
+    case child(tag: Int, CallOutcome)
+    case attributionApplied
+    case abort(FlowError)
+}
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
-        guard !done else { return }
-        actions.append(.cancel(tag: 0))
-        actions.append(.clearTimer(tag: 1))
-        end(&actions)
-    }
-
-    private mutating func end(_ actions: inout [MachineAction]) {
-        done = true
-        actions.append(.finish(.done))
+extension FetchMachine {
+    /// Calls the method of ``FetchMachine`` that takes `input`.
+    @inline(__always)
+    fileprivate mutating func handle(_ input: borrowing MachineInput, now: EngineTime, cache: FlowEngine,
+                                     actions: inout [MachineAction]) {
+        switch input {
+        case .start: start(now: now, cache: cache, actions: &actions)
+        case .response(let tag, let completion): response(tag: tag, completion, now: now, cache: cache, actions: &actions)
+        case .timer(let tag): timer(tag: tag, now: now, cache: cache, actions: &actions)
+        case .child(let tag, let outcome): child(tag: tag, outcome, now: now, cache: cache, actions: &actions)
+        case .attributionApplied: attributionApplied(now: now, cache: cache, actions: &actions)
+        case .abort(let error): abort(error, now: now, actions: &actions)
+        }
     }
 }

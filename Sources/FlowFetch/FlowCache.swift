@@ -270,7 +270,9 @@ public final class FlowCache {
 public struct CacheDecodeFailure: Error, Sendable { public var message: String }
 
 /// The on-disk form of a flow cache entry: a header line with a format tag and the SHA-256 of the body,
-/// then the entry as JSON.
+/// then the entry as JSON. The time it was stored is written twice: `storedAtMicros`, the exact engine
+/// time in whole microseconds, and `storedAt`, the same in seconds, which is all that entries written
+/// before engine time was exact carry (such an entry is read by rounding it to the microsecond).
 public enum CacheEntryCodec {
     static let magic = "flowscope-cache-1 "
 
@@ -284,7 +286,8 @@ public enum CacheEntryCodec {
             "variationId": .string(f.variationId), "audienceName": .string(f.audienceName),
             "audienceVersionId": .string(f.audienceVersionId), "revision": .number(Double(f.revision)),
             "productIds": .array(f.productIds.map(JSONValue.string)), "remoteConfig": .object(f.remoteConfig),
-            "layout": layout, "storedAt": .number(entry.storedAt), "fromDefaultAudience": .bool(entry.fromDefaultAudience),
+            "layout": layout, "storedAt": .number(entry.storedAt.seconds),
+            "storedAtMicros": .number(Double(entry.storedAt.microseconds)), "fromDefaultAudience": .bool(entry.fromDefaultAudience),
         ]
         let bodyBytes = Array(body.jsonText.utf8)
         return Array((magic + Digest.hex(Digest.sha256(bodyBytes)) + "\n").utf8) + bodyBytes
@@ -316,7 +319,13 @@ public enum CacheEntryCodec {
                             productIds: try o.required("productIds").array().map { c throws(JSONInputError) in try c.string() },
                             remoteConfig: try o.required("remoteConfig").object().members,
                             layout: layout, source: .cache, targetingLost: fromDefault)
-            return .success(CachedFlow(flow: flow, storedAt: try o.required("storedAt").double(), fromDefaultAudience: fromDefault))
+            let storedAt: EngineTime
+            if let micros = o.optional("storedAtMicros") {
+                storedAt = EngineTime(microseconds: Int64(try micros.int()))
+            } else {
+                storedAt = EngineTime(seconds: try o.required("storedAt").double())
+            }
+            return .success(CachedFlow(flow: flow, storedAt: storedAt, fromDefaultAudience: fromDefault))
         } catch {
             return fail("unreadable entry: \(error.description)")
         }

@@ -8,32 +8,38 @@ public protocol FlowBackend: Sendable {
     func send(_ request: RequestSpec) async -> RequestCompletion
 }
 
-/// The engine's clock in real time: `now` is wall-clock seconds (so cache ages survive restarts);
-/// deadlines run on a monotonic clock.
+/// The engine's clock in real time: `now` is wall-clock time (so cache ages survive restarts);
+/// deadlines run on a monotonic clock. Both speak ``EngineTime`` (whole microseconds).
 public protocol EngineClock: Sendable {
-    /// Seconds on the engine's time line.
-    func now() -> Double
+    /// Now on the engine's time line.
+    func now() -> EngineTime
     /// Returns at engine time `deadline`, or throws when the task is cancelled.
-    func sleep(until deadline: Double) async throws
+    func sleep(until deadline: EngineTime) async throws
     /// Calls `action` at engine time `deadline` on a timer thread that does not depend on Swift's
     /// cooperative thread pool (so a busy pool cannot delay a call's deadline); returns a cancel function.
-    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void
+    func schedule(at deadline: EngineTime, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void
 }
 
-/// The system clock; deadlines fire on a dedicated Dispatch queue.
+/// The system clock (wall-clock microseconds since 1970); deadlines fire on a dedicated Dispatch
+/// queue, after the remaining time measured on the monotonic clock.
 public struct SystemClock: EngineClock {
     private static let timers = DispatchQueue(label: "flowscope.engine.timers", qos: .userInitiated)
 
     public init() {}
-    public func now() -> Double { Date().timeIntervalSince1970 }
-    public func sleep(until deadline: Double) async throws {
-        let seconds = deadline - now()
-        if seconds > 0 { try await Task.sleep(for: .seconds(seconds), clock: .continuous) }
+    public func now() -> EngineTime {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return EngineTime(microseconds: Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1_000)
     }
-    public func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+    public func sleep(until deadline: EngineTime) async throws {
+        let remaining = (deadline - now()).microseconds
+        if remaining > 0 { try await Task.sleep(for: .microseconds(remaining), clock: .continuous) }
+    }
+    public func schedule(at deadline: EngineTime, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
         let cancelled = CancelFlag()
-        let delay = max(deadline - now(), 0)
-        Self.timers.asyncAfter(deadline: .now() + .nanoseconds(Int(delay * 1e9))) {
+        // Dispatch counts nanoseconds in 64 bits: a deadline decades away is as good as never.
+        let delay = Swift.min(Swift.max((deadline - now()).microseconds, 0), 1_000_000_000_000_000)
+        Self.timers.asyncAfter(deadline: .now() + .microseconds(Int(delay))) {
             if !cancelled.isSet { action() }
         }
         return { cancelled.set() }
@@ -66,7 +72,7 @@ public final class FlowClient: Sendable {
                 disk: sending FlowDiskStore = InMemoryDiskStore(), layouts: sending LayoutStore = InMemoryLayoutStore(),
                 events: EngineEventSink? = nil, clock: EngineClock = SystemClock()) {
         var config = configuration
-        if config.activatedAt == 0 { config.activatedAt = clock.now() }
+        if config.activatedAt == .zero { config.activatedAt = clock.now() }
         core = Core(profile: profile, backend: backend, configuration: config, disk: disk, layouts: layouts,
                     events: events, clock: clock)
     }
@@ -159,12 +165,12 @@ final class Core: Sendable {
     var profile: Profile { state.withLock { $0.engine.profile } }
 
     /// Runs `body` with the engine under the lock.
-    func drive(_ body: @Sendable (FlowEngine, Double) -> Void) {
+    func drive(_ body: @Sendable (FlowEngine, EngineTime) -> Void) {
         let now = clock.now()
         state.withLock { body($0.engine, now) }
     }
 
-    func flow(_ start: (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
+    func flow(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
         let outcome = try await outcome(start)
         guard let flow = outcome.flow else { throw FlowError(.decodingFailed, "no flow") }
         return flow
@@ -173,7 +179,7 @@ final class Core: Sendable {
     /// Starts a call and waits for its outcome; cancellation of the waiting task cancels the call.
     /// A call that ends within its start (a cache hit) returns without suspending: no continuation,
     /// no cancellation handler, no hop back to the caller's executor.
-    func outcome(_ start: (FlowEngine, Double) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
+    func outcome(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
         let now = clock.now()
         let started = state.withLock { s -> Result<(CallID, CallOutcome?), FlowError> in
             do throws(FlowError) {
@@ -261,14 +267,14 @@ final class Driver: EngineHost {
 
     func cancel(_ request: RequestID) { requests.removeValue(forKey: request)?.cancel() }
 
-    func schedule(_ timer: TimerID, at: Double) {
+    func schedule(_ timer: TimerID, at: EngineTime) {
         let core = self.core!
         timers[timer] = core.clock.schedule(at: at) { core.fire(timer) }
     }
 
     func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?() }
 
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         if !waiters.isEmpty, let waiter = waiters.removeValue(forKey: call) {
             waiter.resume(returning: outcome)
         } else {

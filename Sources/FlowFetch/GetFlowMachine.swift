@@ -9,8 +9,9 @@ import FlowJSON
 public struct GetFlowMachine: FetchMachine {
     /// Which of the two calls this is.
     public enum Call: Sendable, Hashable {
+        /// getFlow with the loadTimeout the caller gave, in seconds.
         case getFlow(loadTimeout: Double)
-        case defaultAudience(requestTimeout: Double)
+        case defaultAudience(requestTimeout: EngineTime)
     }
 
     public let call: Call
@@ -29,10 +30,14 @@ public struct GetFlowMachine: FetchMachine {
 
     private enum Stage: Sendable { case idle, targeted, defaultAudience, done }
     private var stage = Stage.idle
-    private var startedAt = 0.0
+    /// T in engine time (getFlow only), converted once from the caller's seconds.
+    private let loadTimeout: EngineTime?
+    /// maxAge in engine time (returnCacheDataIfNotExpiredElseLoad only), converted once.
+    private let maxAge: EngineTime?
+    private var startedAt = EngineTime.zero
     private var requestTag = -1
-    private var requestStartedAt = 0.0
-    private var requestBudget = 0.0
+    private var requestStartedAt = EngineTime.zero
+    private var requestBudget = EngineTime.zero
     private var timerTag = -1
     private var nextTag = 0
     private var lastFailure: RequestFailure?
@@ -47,16 +52,24 @@ public struct GetFlowMachine: FetchMachine {
         }
         var resolved = call
         var requested: Double?
+        var loadTimeout: EngineTime?
         if case .getFlow(let t) = call {
-            guard let clamped = Budget.clampLoadTimeout(t) else {
+            guard let clamped = Budget.loadTimeout(t) else {
                 throw FlowError(.wrongParam, "loadTimeout must be a finite number >= 0, got \(t)")
             }
-            if clamped != t { requested = t }
-            resolved = .getFlow(loadTimeout: clamped)
+            if clamped != EngineTime(seconds: t) { requested = t }
+            resolved = .getFlow(loadTimeout: clamped.seconds)
+            loadTimeout = clamped
         }
-        if case .returnCacheDataIfNotExpiredElseLoad(let maxAge) = policy, !(maxAge.isFinite && maxAge >= 0) {
-            throw FlowError(.wrongParam, "maxAge must be a finite number >= 0, got \(maxAge)")
+        var maxAge: EngineTime?
+        if case .returnCacheDataIfNotExpiredElseLoad(let seconds) = policy {
+            guard Budget.isValidDuration(seconds) else {
+                throw FlowError(.wrongParam, "maxAge must be a finite number >= 0, got \(seconds)")
+            }
+            maxAge = EngineTime(seconds: seconds)
         }
+        self.loadTimeout = loadTimeout
+        self.maxAge = maxAge
         self.call = resolved
         self.placement = id
         self.policy = policy
@@ -69,18 +82,14 @@ public struct GetFlowMachine: FetchMachine {
     private var callName: FetchCallName {
         if case .getFlow = call { .getFlow } else { .getFlowForDefaultAudience }
     }
-    private var loadTimeout: Double? {
-        if case .getFlow(let t) = call { t } else { nil }
-    }
-
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard stage == .idle else { return }
         startedAt = now
         if let requested = requestedLoadTimeout, let t = loadTimeout {
-            emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": .number(t)], &actions)
+            emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": seconds(t)], &actions)
         }
         if reportsCall {
-            emit(.fetchStart, .fetchStart(call: callName, policy: policy, loadTimeout: loadTimeout), &actions)
+            emit(.fetchStart, .fetchStart(call: callName, policy: policy, loadTimeout: loadTimeout?.seconds), &actions)
         }
         switch policy {
         case .reloadRevalidatingCacheData:
@@ -89,7 +98,8 @@ public struct GetFlowMachine: FetchMachine {
             if let (entry, _) = lookup(now: now, cache: cache, &actions) {
                 return finishFromCache(entry, now: now, &actions)
             }
-        case .returnCacheDataIfNotExpiredElseLoad(let maxAge):
+        case .returnCacheDataIfNotExpiredElseLoad:
+            let maxAge = self.maxAge ?? .zero
             switch read(cache) {
             case .hit(let entry, let layer):
                 let age = now - entry.storedAt
@@ -97,7 +107,7 @@ public struct GetFlowMachine: FetchMachine {
                     emitHit(entry, layer: layer, now: now, &actions)
                     return finishFromCache(entry, now: now, &actions)
                 }
-                emit(.cacheExpired, ["age": seconds(age), "maxAge": .number(maxAge)], &actions)
+                emit(.cacheExpired, ["age": seconds(age), "maxAge": seconds(maxAge)], &actions)
                 reportedMiss = true
             case .miss:
                 emitMiss(&actions)
@@ -107,16 +117,16 @@ public struct GetFlowMachine: FetchMachine {
             }
         }
         switch call {
-        case .getFlow(let t):
+        case .getFlow:
             stage = .targeted
-            send(.targeted, budget: Budget.stageA(t), now: now, &actions)
+            send(.targeted, budget: Budget.stageA(loadTimeout ?? Budget.minimumLoadTimeout), now: now, &actions)
         case .defaultAudience(let requestTimeout):
             stage = .defaultAudience
             send(.default, budget: requestTimeout, now: now, &actions)
         }
     }
 
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {
         guard tag == requestTag, stage == .targeted || stage == .defaultAudience else { return }
         actions.append(.clearTimer(tag: timerTag))
@@ -146,7 +156,7 @@ public struct GetFlowMachine: FetchMachine {
         failed(failure, now: now, cache: cache, &actions)
     }
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == timerTag, requestTag >= 0 else { return }
         let cut = requestTag
         requestTag = -1
@@ -157,7 +167,7 @@ public struct GetFlowMachine: FetchMachine {
         failed(.timeout, now: now, cache: cache, &actions)
     }
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+    public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard stage != .done else { return }
         if requestTag >= 0 {
             actions.append(.cancel(tag: requestTag))
@@ -170,7 +180,7 @@ public struct GetFlowMachine: FetchMachine {
 
     // MARK: stages
 
-    private mutating func failed(_ failure: RequestFailure, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+    private mutating func failed(_ failure: RequestFailure, now: EngineTime, cache: some CacheView, _ actions: inout [MachineAction]) {
         lastFailure = failure
         let reason = failure.errorClass
         if stage == .targeted, reason.fallsBack {
@@ -180,17 +190,17 @@ public struct GetFlowMachine: FetchMachine {
         }
     }
 
-    private mutating func stageB(reason: ErrorClass, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+    private mutating func stageB(reason: ErrorClass, now: EngineTime, cache: some CacheView, _ actions: inout [MachineAction]) {
         if let (entry, _) = lookup(now: now, cache: cache, &actions) {
             emit(.fallback, ["to": "cache", "reason": .string(reason.rawValue)], &actions)
             return finishFromCache(entry, now: now, &actions)
         }
         emit(.fallback, ["to": "defaultAudience", "reason": .string(reason.rawValue)], &actions)
         stage = .defaultAudience
-        send(.default, budget: Budget.stageB(loadTimeout ?? 0, elapsed: now - startedAt), now: now, &actions)
+        send(.default, budget: Budget.stageB(loadTimeout ?? .zero, elapsed: now - startedAt), now: now, &actions)
     }
 
-    private mutating func stageC(reason: ErrorClass, now: Double, cache: some CacheView, _ actions: inout [MachineAction]) {
+    private mutating func stageC(reason: ErrorClass, now: EngineTime, cache: some CacheView, _ actions: inout [MachineAction]) {
         if let (entry, _) = lookup(now: now, cache: cache, &actions) {
             emit(.fallback, ["to": "cache", "reason": .string(reason.rawValue)], &actions)
             return finishFromCache(entry, now: now, &actions)
@@ -204,7 +214,7 @@ public struct GetFlowMachine: FetchMachine {
 
     // MARK: pieces
 
-    private mutating func send(_ kind: RequestKind, budget: Double, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func send(_ kind: RequestKind, budget: EngineTime, now: EngineTime, _ actions: inout [MachineAction]) {
         requestTag = nextTag
         timerTag = nextTag + 1
         nextTag += 2
@@ -214,11 +224,11 @@ public struct GetFlowMachine: FetchMachine {
             actions.append(.emit(.requestStart, placement: placement, span: requestTag + 1,
                                  attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
         }
-        actions.append(.send(tag: requestTag, RequestSpec(kind: kind, placement: placement, profileId: profileId, timeout: budget)))
+        actions.append(.send(tag: requestTag, RequestSpec(kind: kind, placement: placement, profileId: profileId, timeout: budget.seconds)))
         actions.append(.setTimer(tag: timerTag, at: now + budget))
     }
 
-    private func emitRequestEnd(tag: Int, result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
+    private func emitRequestEnd(tag: Int, result: RequestResult, bytes: Int, now: EngineTime, _ actions: inout [MachineAction]) {
         guard reportsEvents else { return }
         var attrs: EventAttributes = [
             "kind": .string(stage == .targeted ? "targeted" : "default"),
@@ -237,7 +247,7 @@ public struct GetFlowMachine: FetchMachine {
     private func read(_ cache: some CacheView) -> CacheRead { cache.readFlow(placement: placement) }
 
     /// Reads the cache and reports the lookup: a hit, or a miss (only the first miss of a call is reported).
-    private mutating func lookup(now: Double, cache: some CacheView, _ actions: inout [MachineAction]) -> (CachedFlow, CacheLayer)? {
+    private mutating func lookup(now: EngineTime, cache: some CacheView, _ actions: inout [MachineAction]) -> (CachedFlow, CacheLayer)? {
         switch read(cache) {
         case .hit(let entry, let layer):
             emitHit(entry, layer: layer, now: now, &actions)
@@ -251,8 +261,8 @@ public struct GetFlowMachine: FetchMachine {
         return nil
     }
 
-    private func emitHit(_ entry: CachedFlow, layer: CacheLayer, now: Double, _ actions: inout [MachineAction]) {
-        emit(.cacheHit, .cacheHit(layer: layer, age: roundedSeconds(now - entry.storedAt),
+    private func emitHit(_ entry: CachedFlow, layer: CacheLayer, now: EngineTime, _ actions: inout [MachineAction]) {
+        emit(.cacheHit, .cacheHit(layer: layer, age: (now - entry.storedAt).seconds,
                                   fromDefaultAudience: entry.fromDefaultAudience), &actions)
     }
 
@@ -262,14 +272,14 @@ public struct GetFlowMachine: FetchMachine {
         emit(.cacheMiss, [:], &actions)
     }
 
-    private mutating func finishFromCache(_ entry: CachedFlow, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func finishFromCache(_ entry: CachedFlow, now: EngineTime, _ actions: inout [MachineAction]) {
         var flow = entry.flow
         flow.source = .cache
         flow.targetingLost = entry.fromDefaultAudience
         finish(.flow(flow), now: now, &actions)
     }
 
-    private mutating func finish(_ outcome: consuming CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func finish(_ outcome: consuming CallOutcome, now: EngineTime, _ actions: inout [MachineAction]) {
         stage = .done
         if reportsCall && reportsEvents {
             actions.append(.emit(.fetchEnd, placement: placement, span: 0,
@@ -285,10 +295,10 @@ public struct GetFlowMachine: FetchMachine {
 }
 
 /// The attributes of fetch.end for a call's outcome.
-func fetchEndAttrs(call: FetchCallName, _ outcome: CallOutcome, duration: Double) -> EventAttributes {
+func fetchEndAttrs(call: FetchCallName, _ outcome: CallOutcome, duration: EngineTime) -> EventAttributes {
     if let flow = outcome.flow {
         let source = if case .configuration(let c) = outcome { c.source } else { flow.source }
-        return .fetchEndFlow(call: call, duration: roundedSeconds(duration), source: source, variation: flow.variationId,
+        return .fetchEndFlow(call: call, duration: duration.seconds, source: source, variation: flow.variationId,
                              audience: flow.audienceName, targetingLost: flow.targetingLost)
     }
     var attrs = EventAttributes(minimumCapacity: 3)

@@ -7,7 +7,8 @@ import FlowJSON
 /// (`asset.bundled`) and the others are prefetched in the background; the call never waits for them.
 public struct LayoutMachine: FetchMachine {
     public let flow: Flow
-    public let loadTimeout: Double
+    /// T in engine time, clamped, converted once from the caller's seconds.
+    public let loadTimeout: EngineTime
     public let requestedLoadTimeout: Double?
     /// The app's assets resolver: whether a custom media id maps to a bundled file.
     public let isBundled: @Sendable (String) -> Bool
@@ -16,13 +17,13 @@ public struct LayoutMachine: FetchMachine {
 
     private enum Stage: Sendable { case idle, fetching, done }
     private var stage = Stage.idle
-    private var startedAt = 0.0
+    private var startedAt = EngineTime.zero
     private static let request = 0, deadline = 1
 
     /// Validates and builds the machine; throws wrongParam (3001) for a bad loadTimeout or a flow with no layout.
     public init(flow: Flow, loadTimeout: Double, isBundled: @escaping @Sendable (String) -> Bool = { _ in false }, fallback: FallbackFile?,
                 profileId: String) throws(FlowError) {
-        guard let clamped = Budget.clampLoadTimeout(loadTimeout) else {
+        guard let clamped = Budget.loadTimeout(loadTimeout) else {
             throw FlowError(.wrongParam, "loadTimeout must be a finite number >= 0, got \(loadTimeout)")
         }
         guard let ref = flow.layout else {
@@ -30,7 +31,7 @@ public struct LayoutMachine: FetchMachine {
         }
         self.flow = flow
         self.loadTimeout = clamped
-        self.requestedLoadTimeout = clamped != loadTimeout ? loadTimeout : nil
+        self.requestedLoadTimeout = clamped != EngineTime(seconds: loadTimeout) ? loadTimeout : nil
         self.isBundled = isBundled
         self.fallbackLayout = fallback?.layouts[ref.id]
         self.profileId = profileId
@@ -39,13 +40,13 @@ public struct LayoutMachine: FetchMachine {
     private var ref: LayoutRef { flow.layout ?? LayoutRef(id: "", version: 0) }
     private var refAttrs: EventAttributes { ["layoutId": .string(ref.id), "version": .number(Double(ref.version))] }
 
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard stage == .idle else { return }
         startedAt = now
         if let requested = requestedLoadTimeout {
-            emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": .number(loadTimeout)], &actions)
+            emit(.paramClamped, ["name": "loadTimeout", "from": .number(requested), "to": seconds(loadTimeout)], &actions)
         }
-        emit(.fetchStart, ["call": "getFlowConfiguration", "policy": .null, "loadTimeout": .number(loadTimeout)], &actions)
+        emit(.fetchStart, ["call": "getFlowConfiguration", "policy": .null, "loadTimeout": seconds(loadTimeout)], &actions)
         if let layout = cache.readLayout(ref) {
             emit(.layoutCacheHit, refAttrs, &actions)
             return found(layout, source: .cache, now: now, &actions)
@@ -59,11 +60,11 @@ public struct LayoutMachine: FetchMachine {
         actions.append(.emit(.requestStart, placement: flow.placementId, span: Self.request + 1,
                              attrs: ["kind": "layout", "timeout": seconds(budget)]))
         actions.append(.send(tag: Self.request, RequestSpec(kind: .layout, placement: flow.placementId, layout: ref,
-                                                             profileId: profileId, timeout: budget)))
+                                                             profileId: profileId, timeout: budget.seconds)))
         actions.append(.setTimer(tag: Self.deadline, at: now + budget))
     }
 
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {
         guard tag == Self.request, stage == .fetching else { return }
         actions.append(.clearTimer(tag: Self.deadline))
@@ -78,7 +79,7 @@ public struct LayoutMachine: FetchMachine {
         if case .failure(let f) = result { finish(.failed(f.flowError), now: now, &actions) }
     }
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == Self.deadline, stage == .fetching else { return }
         actions.append(.cancel(tag: Self.request))
         requestEnd(.failure(.timeout), bytes: 0, now: now, &actions)
@@ -86,7 +87,7 @@ public struct LayoutMachine: FetchMachine {
         finish(.failed(RequestFailure.timeout.flowError), now: now, &actions)
     }
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+    public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard stage != .done else { return }
         if stage == .fetching {
             actions.append(.cancel(tag: Self.request))
@@ -96,7 +97,7 @@ public struct LayoutMachine: FetchMachine {
         finish(.failed(error), now: now, &actions)
     }
 
-    private mutating func found(_ layout: Layout, source: FlowSource, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func found(_ layout: Layout, source: FlowSource, now: EngineTime, _ actions: inout [MachineAction]) {
         var downloads: [String] = []
         for image in layout.images {
             if let media = image.customMediaId, isBundled(media) {
@@ -109,7 +110,7 @@ public struct LayoutMachine: FetchMachine {
         finish(.configuration(FlowConfiguration(flow: flow, layout: layout, source: source)), now: now, &actions)
     }
 
-    private func requestEnd(_ result: RequestResult, bytes: Int, now: Double, _ actions: inout [MachineAction]) {
+    private func requestEnd(_ result: RequestResult, bytes: Int, now: EngineTime, _ actions: inout [MachineAction]) {
         var attrs: EventAttributes = ["kind": "layout", "duration": seconds(now - startedAt), "bytes": .number(Double(bytes))]
         switch result {
         case .success: attrs["outcome"] = "ok"; attrs["status"] = 200
@@ -120,7 +121,7 @@ public struct LayoutMachine: FetchMachine {
         actions.append(.emit(.requestEnd, placement: flow.placementId, span: Self.request + 1, attrs: attrs))
     }
 
-    private mutating func finish(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func finish(_ outcome: CallOutcome, now: EngineTime, _ actions: inout [MachineAction]) {
         stage = .done
         emit(.fetchEnd, fetchEndAttrs(call: .getFlowConfiguration, outcome, duration: now - startedAt), &actions)
         actions.append(.finish(outcome))
@@ -136,20 +137,20 @@ public struct LayoutMachine: FetchMachine {
 public struct AssetPrefetchMachine: FetchMachine {
     public let placement: String
     public let urls: [String]
-    public let requestTimeout: Double
+    public let requestTimeout: EngineTime
     public let profileId: String
     private var pending: Set<Int> = []
     private var bytes = 0
     private var failed = 0
-    private var startedAt = 0.0
+    private var startedAt = EngineTime.zero
     private var done = false
     private var timerTag: Int { urls.count }
 
-    public init(placement: String, urls: [String], requestTimeout: Double, profileId: String) {
+    public init(placement: String, urls: [String], requestTimeout: EngineTime, profileId: String) {
         self.placement = placement; self.urls = urls; self.requestTimeout = requestTimeout; self.profileId = profileId
     }
 
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         startedAt = now
         emit(.assetsPrefetchStart, ["count": .number(Double(urls.count))], &actions)
         for (tag, url) in urls.enumerated() {
@@ -157,13 +158,13 @@ public struct AssetPrefetchMachine: FetchMachine {
             actions.append(.emit(.requestStart, placement: placement, span: tag + 1,
                                  attrs: ["kind": "asset", "timeout": seconds(requestTimeout)]))
             actions.append(.send(tag: tag, RequestSpec(kind: .asset, placement: placement, assetURL: url,
-                                                       profileId: profileId, timeout: requestTimeout)))
+                                                       profileId: profileId, timeout: requestTimeout.seconds)))
         }
         actions.append(.setTimer(tag: timerTag, at: now + requestTimeout))
         if urls.isEmpty { end(now: now, &actions) }
     }
 
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {
         guard pending.remove(tag) != nil else { return }
         var attrs: EventAttributes = ["kind": "asset", "duration": seconds(now - startedAt),
@@ -183,20 +184,20 @@ public struct AssetPrefetchMachine: FetchMachine {
         }
     }
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == timerTag, !done else { return }
         cutPending(.timeout, now: now, &actions)
         end(now: now, &actions)
     }
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+    public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard !done else { return }
         actions.append(.clearTimer(tag: timerTag))
         cutPending(.cancelled, now: now, &actions)
         end(now: now, &actions)
     }
 
-    private mutating func cutPending(_ failure: RequestFailure, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func cutPending(_ failure: RequestFailure, now: EngineTime, _ actions: inout [MachineAction]) {
         for tag in pending.sorted() {
             actions.append(.cancel(tag: tag))
             actions.append(.emit(.requestEnd, placement: placement, span: tag + 1,
@@ -207,7 +208,7 @@ public struct AssetPrefetchMachine: FetchMachine {
         pending.removeAll()
     }
 
-    private mutating func end(now: Double, _ actions: inout [MachineAction]) {
+    private mutating func end(now: EngineTime, _ actions: inout [MachineAction]) {
         done = true
         emit(.assetsPrefetchEnd, ["count": .number(Double(urls.count)), "bytes": .number(Double(bytes)),
                                   "failed": .number(Double(failed)), "duration": seconds(now - startedAt)], &actions)

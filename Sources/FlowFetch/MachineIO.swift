@@ -6,11 +6,11 @@ public enum CacheLayer: String, Sendable, Hashable { case memory, disk }
 /// A flow as the cache keeps it.
 public struct CachedFlow: Sendable, Hashable {
     public var flow: Flow
-    /// Engine-clock time the entry was stored.
-    public var storedAt: Double
+    /// Engine time the entry was stored.
+    public var storedAt: EngineTime
     /// True when stored from a default-audience fetch (serving it loses targeting).
     public var fromDefaultAudience: Bool
-    public init(flow: Flow, storedAt: Double, fromDefaultAudience: Bool) {
+    public init(flow: Flow, storedAt: EngineTime, fromDefaultAudience: Bool) {
         self.flow = flow; self.storedAt = storedAt; self.fromDefaultAudience = fromDefaultAudience
     }
     /// The audience kind as events write it.
@@ -37,7 +37,7 @@ public protocol CacheView {
 public enum ChildCall: Sendable, Hashable {
     /// getFlowForDefaultAudience with the default policy.
     case defaultAudience(placement: String)
-    /// getFlow with the default policy and the given loadTimeout.
+    /// getFlow with the default policy and the given loadTimeout (seconds).
     case targeted(placement: String, loadTimeout: Double)
 }
 
@@ -76,7 +76,7 @@ public enum MachineAction: Sendable {
     /// Stop a request; no answer is expected any more.
     case cancel(tag: Int)
     /// Fire `timer(tag:)` at engine time `at`.
-    case setTimer(tag: Int, at: Double)
+    case setTimer(tag: Int, at: EngineTime)
     case clearTimer(tag: Int)
     /// Store a flow for the current profile. With `keepTargeted`, an existing targeted entry wins.
     case storeFlow(placement: String, CachedFlow, keepTargeted: Bool)
@@ -100,31 +100,27 @@ public enum MachineAction: Sendable {
 /// Inputs every machine accepts. Each returns its actions by appending to `actions`.
 public protocol FetchMachine: Sendable {
     /// The call starts at `now`.
-    mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction])
+    mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction])
     /// A request this machine sent has finished.
-    mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView, actions: inout [MachineAction])
     /// A timer this machine set has fired.
-    mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction])
     /// A sub-call this machine started has ended.
-    mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction])
+    mutating func child(tag: Int, _ outcome: CallOutcome, now: EngineTime, cache: some CacheView, actions: inout [MachineAction])
     /// The profile gained `appleAds` (only sent after `watchAttribution`).
-    mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction])
+    mutating func attributionApplied(now: EngineTime, cache: some CacheView, actions: inout [MachineAction])
     /// The call is stopped from outside (cancellation 9000, profile switch 3006, restart).
-    mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction])
+    mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction])
 }
 
 extension FetchMachine {
-    public mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction]) {}
-    public mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction]) {}
+    public mutating func child(tag: Int, _ outcome: CallOutcome, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {}
+    public mutating func attributionApplied(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {}
 }
 
-/// Rounds engine times for attributes (microseconds), so virtual runs print clean numbers.
+/// An engine time as attributes report it: seconds, converted once on the way out.
 @inline(__always)
-func seconds(_ v: Double) -> JSONValue { .number(roundedSeconds(v)) }
-
-/// Seconds rounded to the microsecond, as events report times.
-@inline(__always)
-func roundedSeconds(_ v: Double) -> Double { (v * 1_000_000).rounded() / 1_000_000 }
+func seconds(_ v: EngineTime) -> JSONValue { .number(v.seconds) }
 
 extension MachineAction {
     /// Whether the action needs nothing of a running call (no request, timer, child or watcher), so

@@ -6,11 +6,14 @@ import FlowJSON
 /// `appleAds`, then getFlow with T = 5) races a timer of `timeout` seconds. Exactly one result is
 /// delivered: the targeted flow if the attribution path wins, else the default fetch's result.
 public struct OrDefaultMachine: FetchMachine {
-    /// The loadTimeout of the attribution path's getFlow.
+    /// The loadTimeout of the attribution path's getFlow (seconds).
     public static let attributionLoadTimeout = 5.0
 
     public let placement: String
+    /// The race timer in seconds, as the caller gave it.
     public let timeout: Double
+    /// The race timer in engine time, converted once.
+    private let timer: EngineTime
     /// Whether the profile already has `appleAds` applied when the call starts.
     public let attributed: Bool
     /// Whether the machine returns `.emit` actions. The engine turns it off when no sink listens, so
@@ -21,26 +24,27 @@ public struct OrDefaultMachine: FetchMachine {
     private enum Race: Sendable { case idle, waitingForAttribution, fetchingTargeted, awaitingDefault, done }
     private var race = Race.idle
     private var defaultOutcome: CallOutcome?
-    private var startedAt = 0.0
+    private var startedAt = EngineTime.zero
 
     /// Validates and builds the machine; throws wrongParam (3001) for an empty placement or a bad timeout.
     public init(placement: String, timeout: Double, attributed: Bool) throws(FlowError) {
         guard let id = Budget.normalizePlacement(placement) else { throw FlowError(.wrongParam, "placement id is empty") }
-        guard timeout.isFinite, timeout >= 0 else {
+        guard Budget.isValidDuration(timeout) else {
             throw FlowError(.wrongParam, "timeout must be a finite number >= 0, got \(timeout)")
         }
         self.placement = id
         self.timeout = timeout
+        self.timer = EngineTime(seconds: timeout)
         self.attributed = attributed
     }
 
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard race == .idle else { return }
         startedAt = now
         emit(.fetchStart, ["call": "getFlowOrDefault", "policy": .string(FetchPolicy.reloadRevalidatingCacheData.description),
-                           "loadTimeout": .null, "timeout": .number(timeout)], &actions)
+                           "loadTimeout": .null, "timeout": seconds(timer)], &actions)
         actions.append(.startChild(tag: Self.defaultChild, .defaultAudience(placement: placement)))
-        actions.append(.setTimer(tag: Self.raceTimer, at: now + timeout))
+        actions.append(.setTimer(tag: Self.raceTimer, at: now + timer))
         if attributed {
             startTargeted(&actions)
         } else {
@@ -49,12 +53,12 @@ public struct OrDefaultMachine: FetchMachine {
         }
     }
 
-    public mutating func attributionApplied(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func attributionApplied(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard race == .waitingForAttribution else { return }
         startTargeted(&actions)
     }
 
-    public mutating func child(tag: Int, _ outcome: CallOutcome, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func child(tag: Int, _ outcome: CallOutcome, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         switch tag {
         case Self.defaultChild:
             defaultOutcome = outcome
@@ -72,17 +76,17 @@ public struct OrDefaultMachine: FetchMachine {
         }
     }
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == Self.raceTimer, race == .waitingForAttribution || race == .fetchingTargeted else { return }
         emit(.attributionTimeout, ["after": seconds(now - startedAt)], &actions)
         if race == .fetchingTargeted { actions.append(.cancelChild(tag: Self.targetedChild)) }
         awaitDefault(now: now, &actions)
     }
 
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {}
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+    public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard race != .done else { return }
         actions.append(.clearTimer(tag: Self.raceTimer))
         if defaultOutcome == nil { actions.append(.cancelChild(tag: Self.defaultChild)) }
@@ -95,12 +99,12 @@ public struct OrDefaultMachine: FetchMachine {
         actions.append(.startChild(tag: Self.targetedChild, .targeted(placement: placement, loadTimeout: Self.attributionLoadTimeout)))
     }
 
-    private mutating func awaitDefault(now: Double, _ actions: inout [MachineAction]) {
+    private mutating func awaitDefault(now: EngineTime, _ actions: inout [MachineAction]) {
         race = .awaitingDefault
         if let outcome = defaultOutcome { deliver(outcome, now: now, &actions) }
     }
 
-    private mutating func deliver(_ outcome: CallOutcome, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func deliver(_ outcome: CallOutcome, now: EngineTime, _ actions: inout [MachineAction]) {
         race = .done
         emit(.fetchEnd, fetchEndAttrs(call: .getFlowOrDefault, outcome, duration: now - startedAt), &actions)
         actions.append(.finish(outcome))

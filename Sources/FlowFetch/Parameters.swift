@@ -5,17 +5,36 @@ public enum Budget {
     /// Per-request limit for requests with no loadTimeout, when the client configures none.
     public static let defaultRequestTimeout = 30.0
 
-    /// The loadTimeout to use: nil for an invalid one (not finite, or negative), else at least 1.
+    /// The smallest loadTimeout: a smaller one is raised to it.
+    public static let minimumLoadTimeout = EngineTime(microseconds: 1_000_000)
+    /// Stage A keeps this much of T for stage B, and never gets less than it; stage B's least timeout.
+    public static let reserve = EngineTime(microseconds: 500_000)
+    /// The longest default-audience request after stage A.
+    public static let stageBCap = EngineTime(microseconds: 60_000_000)
+
+    /// Whether a duration in seconds is usable: finite and not negative.
+    public static func isValidDuration(_ seconds: Double) -> Bool { seconds.isFinite && seconds >= 0 }
+
+    /// The loadTimeout to use, in seconds: nil for an invalid one (not finite, or negative), else at least 1.
     public static func clampLoadTimeout(_ t: Double) -> Double? {
         guard t.isFinite, t >= 0 else { return nil }
         return max(t, 1)
     }
 
+    /// The loadTimeout to use, converted once to engine time: nil for an invalid one (not finite, or
+    /// negative), else at least 1 s.
+    public static func loadTimeout(_ seconds: Double) -> EngineTime? {
+        guard isValidDuration(seconds) else { return nil }
+        return max(EngineTime(seconds: seconds), minimumLoadTimeout)
+    }
+
     /// Stage-A budget: `max(T - 0.5, 0.5)`.
-    public static func stageA(_ t: Double) -> Double { max(t - 0.5, 0.5) }
+    @inline(__always)
+    public static func stageA(_ t: EngineTime) -> EngineTime { max(t - reserve, reserve) }
 
     /// Default-audience request timeout after stage A: `min(max(T - elapsed, 0.5), 60)`.
-    public static func stageB(_ t: Double, elapsed: Double) -> Double { min(max(t - elapsed, 0.5), 60) }
+    @inline(__always)
+    public static func stageB(_ t: EngineTime, elapsed: EngineTime) -> EngineTime { min(max(t - elapsed, reserve), stageBCap) }
 
     /// A placement id trimmed of whitespace; nil when nothing is left.
     public static func normalizePlacement(_ id: String) -> String? {

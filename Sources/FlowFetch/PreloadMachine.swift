@@ -8,8 +8,9 @@ import FlowJSON
 public struct PreloadMachine: FetchMachine {
     /// Which of the two calls this is.
     public enum Call: Sendable, Hashable {
+        /// preloadFlows with the loadTimeout the caller gave, in seconds.
         case targeted(loadTimeout: Double)
-        case defaultAudience(requestTimeout: Double)
+        case defaultAudience(requestTimeout: EngineTime)
     }
 
     public let call: Call
@@ -30,23 +31,29 @@ public struct PreloadMachine: FetchMachine {
     private var phase = Phase.idle
     private var states: [String: State] = [:]
     private var byTag: [Int: String] = [:]
-    private var startedAt = 0.0
-    private var phaseStartedAt = 0.0
-    private var phaseBudget = 0.0
+    /// T in engine time (preloadFlows only), converted once from the caller's seconds.
+    private let loadTimeout: EngineTime?
+    private var startedAt = EngineTime.zero
+    private var phaseStartedAt = EngineTime.zero
+    private var phaseBudget = EngineTime.zero
     private var timerTag = -1
     private var nextTag = 0
 
-    /// Validates and builds the machine; throws wrongParam (3001) for a bad loadTimeout.
+    /// Validates and builds the machine; throws wrongParam (3001) for a bad loadTimeout, before the
+    /// ids are normalised (so even when no id is left).
     public init(call: Call, placements: [String], profileId: String) throws(FlowError) {
         var resolved = call
         var requested: Double?
+        var loadTimeout: EngineTime?
         if case .targeted(let t) = call {
-            guard let clamped = Budget.clampLoadTimeout(t) else {
+            guard let clamped = Budget.loadTimeout(t) else {
                 throw FlowError(.wrongParam, "loadTimeout must be a finite number >= 0, got \(t)")
             }
-            if clamped != t { requested = t }
-            resolved = .targeted(loadTimeout: clamped)
+            if clamped != EngineTime(seconds: t) { requested = t }
+            resolved = .targeted(loadTimeout: clamped.seconds)
+            loadTimeout = clamped
         }
+        self.loadTimeout = loadTimeout
         self.call = resolved
         self.placements = Budget.normalizePlacements(placements)
         self.profileId = profileId
@@ -57,7 +64,7 @@ public struct PreloadMachine: FetchMachine {
         if case .targeted = call { "preloadFlows" } else { "preloadFlowsForDefaultAudience" }
     }
 
-    public mutating func start(now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func start(now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard phase == .idle else { return }
         startedAt = now
         guard !placements.isEmpty else {
@@ -65,26 +72,26 @@ public struct PreloadMachine: FetchMachine {
             actions.append(.finish(.done))
             return
         }
-        var loadTimeout: JSONValue = .null
-        if case .targeted(let t) = call {
-            loadTimeout = .number(t)
+        var loadTimeoutAttr: JSONValue = .null
+        if let t = loadTimeout {
+            loadTimeoutAttr = seconds(t)
             if let requested = requestedLoadTimeout {
-                emit(.paramClamped, nil, ["name": "loadTimeout", "from": .number(requested), "to": .number(t)], &actions)
+                emit(.paramClamped, nil, ["name": "loadTimeout", "from": .number(requested), "to": seconds(t)], &actions)
             }
         }
         emit(.preloadStart, nil, ["call": .string(callName), "placements": .array(placements.map(JSONValue.string)),
-                                  "loadTimeout": loadTimeout], &actions)
+                                  "loadTimeout": loadTimeoutAttr], &actions)
         switch call {
-        case .targeted(let t):
+        case .targeted:
             phase = .targeted
-            sendAll(placements, kind: .targeted, budget: Budget.stageA(t), now: now, &actions)
+            sendAll(placements, kind: .targeted, budget: Budget.stageA(loadTimeout ?? Budget.minimumLoadTimeout), now: now, &actions)
         case .defaultAudience(let requestTimeout):
             phase = .defaultAudience
             sendAll(placements, kind: .default, budget: requestTimeout, now: now, &actions)
         }
     }
 
-    public mutating func response(tag: Int, _ completion: RequestCompletion, now: Double, cache: some CacheView,
+    public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {
         guard let placement = byTag[tag], states[placement] == .pending(tag: tag) else { return }
         byTag[tag] = nil
@@ -112,7 +119,7 @@ public struct PreloadMachine: FetchMachine {
         }
     }
 
-    public mutating func timer(tag: Int, now: Double, cache: some CacheView, actions: inout [MachineAction]) {
+    public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == timerTag, phase == .targeted || phase == .defaultAudience else { return }
         for (requestTag, placement) in byTag.sorted(by: { $0.key < $1.key }) {
             actions.append(.cancel(tag: requestTag))
@@ -125,7 +132,7 @@ public struct PreloadMachine: FetchMachine {
         endPhase(now: now, &actions)
     }
 
-    public mutating func abort(_ error: FlowError, now: Double, actions: inout [MachineAction]) {
+    public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard phase != .done else { return }
         for (requestTag, placement) in byTag.sorted(by: { $0.key < $1.key }) {
             actions.append(.cancel(tag: requestTag))
@@ -139,8 +146,8 @@ public struct PreloadMachine: FetchMachine {
         actions.append(.finish(.failed(error)))
     }
 
-    private mutating func endPhase(now: Double, _ actions: inout [MachineAction]) {
-        if phase == .targeted, case .targeted(let t) = call {
+    private mutating func endPhase(now: EngineTime, _ actions: inout [MachineAction]) {
+        if phase == .targeted, let t = loadTimeout {
             let retry = placements.filter { if case .failed(let f) = states[$0] { f.errorClass.fallsBack } else { false } }
             if !retry.isEmpty {
                 phase = .defaultAudience
@@ -176,7 +183,7 @@ public struct PreloadMachine: FetchMachine {
         }
     }
 
-    private mutating func sendAll(_ ids: [String], kind: RequestKind, budget: Double, now: Double, _ actions: inout [MachineAction]) {
+    private mutating func sendAll(_ ids: [String], kind: RequestKind, budget: EngineTime, now: EngineTime, _ actions: inout [MachineAction]) {
         phaseStartedAt = now
         phaseBudget = budget
         for p in ids {
@@ -188,14 +195,14 @@ public struct PreloadMachine: FetchMachine {
                 actions.append(.emit(.requestStart, placement: p, span: tag + 1,
                                      attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))
             }
-            actions.append(.send(tag: tag, RequestSpec(kind: kind, placement: p, profileId: profileId, timeout: budget)))
+            actions.append(.send(tag: tag, RequestSpec(kind: kind, placement: p, profileId: profileId, timeout: budget.seconds)))
         }
         timerTag = nextTag
         nextTag += 1
         actions.append(.setTimer(tag: timerTag, at: now + budget))
     }
 
-    private func emitRequestEnd(_ placement: String, tag: Int, result: RequestResult, bytes: Int, now: Double,
+    private func emitRequestEnd(_ placement: String, tag: Int, result: RequestResult, bytes: Int, now: EngineTime,
                                 _ actions: inout [MachineAction]) {
         guard reportsEvents else { return }
         var attrs: EventAttributes = [

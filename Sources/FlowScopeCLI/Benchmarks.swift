@@ -125,13 +125,13 @@ public struct BenchmarkSuite: Sendable {
 
         // 3 events per call: a run stays under the queue bound, and the queues drain between runs.
         let n = count(20_000)
-        var now = 1.0
+        var now: EngineTime = 1
         // The lookup costs ~1/20 of the hit: 16 times as many make a baseline run about as long.
         let measured = try interleaved(
             n: n, baselineScale: 16, between: { pipeline.waitUntilDrained(timeout: 30) },
             subject: { n throws in
                 for _ in 0..<n {
-                    now += 0.001
+                    now += EngineTime(microseconds: 1_000)
                     _ = try engine.getFlow(placement: "main_paywall", policy: .returnCacheDataElseLoad, loadTimeout: 5, now: now)
                 }
             },
@@ -391,9 +391,9 @@ private final class BenchHost: EngineHost {
     @exclusivity(unchecked) var flows = 0
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {}
     func cancel(_ request: RequestID) {}
-    func schedule(_ timer: TimerID, at: Double) {}
+    func schedule(_ timer: TimerID, at: EngineTime) {}
     func unschedule(_ timer: TimerID) {}
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         if outcome.flow != nil { flows += 1 }
     }
 }

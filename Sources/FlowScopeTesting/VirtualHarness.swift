@@ -24,24 +24,26 @@ public actor VirtualHarness: FlowLoading {
     public init(scenario: Scenario, events: EngineEventSink? = FlowTrace.sink) {
         let host = VirtualHost(scenario: scenario)
         let profile = Profile(id: scenario.profile.id,
-                              appliedAttributionSources: host.backend.appliedSources(scenario.profile.id, at: 0))
+                              appliedAttributionSources: host.backend.appliedSources(scenario.profile.id, at: .zero))
         let disk = InMemoryDiskStore()
         for seed in scenario.cache { Self.seed(seed, scenario: scenario, profileId: profile.id, disk: disk) }
         var ids = SeededIDs(seed: 1)
         engine = FlowEngine(configuration: .init(requestTimeout: scenario.requestTimeout, fallback: Self.fallback(scenario), activatedAt: 0),
                             profile: profile, flowCache: FlowCache(disk: disk), layouts: InMemoryLayoutStore(), host: host,
                             events: events, traceIDs: { TraceID(high: ids.next() | 1, low: ids.next()) })
-        for (source, at) in scenario.profile.attribution where at > 0 { host.queue.schedule(.attribution(source), at: at) }
+        for (source, at) in scenario.profile.attribution where at > 0 {
+            host.queue.schedule(.attribution(source), at: EngineTime(seconds: at))
+        }
         self.host = host
     }
 
     /// Virtual seconds since the start.
-    public var now: Double { host.queue.now }
+    public var now: Double { host.queue.now.seconds }
 
     /// Lets `seconds` of virtual time pass, running everything due meanwhile (background fetches,
     /// attribution arriving, requests of calls that already ended).
     public func advance(by seconds: Double) {
-        host.queue.schedule(.tick, at: host.queue.now + max(seconds, 0))
+        host.queue.schedule(.tick, at: host.queue.now + EngineTime(seconds: max(seconds, 0)))
         while let due = host.queue.next() {
             if case .tick = due { return }
             process(due)
@@ -84,7 +86,7 @@ public actor VirtualHarness: FlowLoading {
         return f
     }
 
-    private func run(_ start: (FlowEngine, Double) throws(FlowError) -> CallID) throws(FlowError) -> CallOutcome {
+    private func run(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) throws(FlowError) -> CallOutcome {
         let id = try start(engine, host.queue.now)
         while host.outcomes[id] == nil, let due = host.queue.next() { process(due) }
         guard let outcome = host.outcomes.removeValue(forKey: id) else {
@@ -114,7 +116,7 @@ public actor VirtualHarness: FlowLoading {
                         productIds: variation.productIds, remoteConfig: variation.remoteConfig,
                         layout: placement?.layout.map { LayoutRef(id: $0.id, version: $0.version) },
                         source: .cache, targetingLost: seed.fromDefaultAudience)
-        _ = disk.save(key, CacheEntryCodec.encode(CachedFlow(flow: flow, storedAt: -seed.age, fromDefaultAudience: seed.fromDefaultAudience), key: key))
+        _ = disk.save(key, CacheEntryCodec.encode(CachedFlow(flow: flow, storedAt: .zero - EngineTime(seconds: seed.age), fromDefaultAudience: seed.fromDefaultAudience), key: key))
         if seed.corrupt { disk.corrupt(key) }
     }
 
@@ -147,10 +149,10 @@ final class VirtualHost: EngineHost {
 
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
         let answer = backend.answer(spec, at: queue.now)
-        if let completion = answer.completion { queue.schedule(.response(request, completion), at: queue.now + answer.latency) }
+        if let completion = answer.completion { queue.schedule(.response(request, completion), at: queue.now + answer.delay) }
     }
     func cancel(_ request: RequestID) {}
-    func schedule(_ timer: TimerID, at: Double) { queue.schedule(.timer(timer), at: at) }
+    func schedule(_ timer: TimerID, at: EngineTime) { queue.schedule(.timer(timer), at: at) }
     func unschedule(_ timer: TimerID) { cancelledTimers.insert(timer) }
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) { outcomes[call] = outcome }
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) { outcomes[call] = outcome }
 }

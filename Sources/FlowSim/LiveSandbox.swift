@@ -7,11 +7,11 @@ import Synchronization
 public final class LiveSandboxBackend: FlowBackend {
     private let backend: Mutex<SandboxBackend>
     private let clock: EngineClock
-    private let origin: Double
+    private let origin: EngineTime
 
     /// A live backend over `backend`. Scenario times (attribution `appliesAt`) count from `origin`
     /// on `clock` (default: now).
-    public init(_ backend: SandboxBackend, clock: EngineClock = SystemClock(), origin: Double? = nil) {
+    public init(_ backend: SandboxBackend, clock: EngineClock = SystemClock(), origin: EngineTime? = nil) {
         self.backend = Mutex(backend)
         self.clock = clock
         self.origin = origin ?? clock.now()
@@ -22,7 +22,7 @@ public final class LiveSandboxBackend: FlowBackend {
         let answer = backend.withLock { $0.answer(request, at: now - origin) }
         do {
             if let completion = answer.completion, !answer.drip {
-                try await clock.sleep(until: now + answer.latency)
+                try await clock.sleep(until: now + answer.delay)
                 return completion
             }
             // A hang (or a drip, whose body never finishes in time): only the engine's deadline ends it.

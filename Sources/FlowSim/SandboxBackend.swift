@@ -23,14 +23,20 @@ public struct SandboxBackend: Sendable {
     /// When and how a request issued at `t` ends: after `latency` seconds with `completion`, or never
     /// (`completion` nil: the request hangs).
     public struct Answer: Sendable {
+        /// Seconds, as the rule gives them.
         public var latency: Double
+        /// The latency in engine time.
+        public var delay: EngineTime { EngineTime(seconds: latency) }
         public var completion: RequestCompletion?
         /// The body of `completion` trickles in slowly (a `drip` rule): it does not arrive in time.
         public var drip = false
     }
 
-    /// Applies the network rules to a request issued at `t` and resolves its answer.
-    public mutating func answer(_ spec: RequestSpec, at t: Double) -> Answer {
+    /// Applies the network rules to a request issued at `t` (seconds) and resolves its answer.
+    public mutating func answer(_ spec: RequestSpec, at t: Double) -> Answer { answer(spec, at: EngineTime(seconds: t)) }
+
+    /// Applies the network rules to a request issued at engine time `t` and resolves its answer.
+    public mutating func answer(_ spec: RequestSpec, at t: EngineTime) -> Answer {
         var chosen: NetworkRule?
         for (i, rule) in network.rules.enumerated() {
             guard rule.placement.map({ $0 == spec.placement }) ?? true, rule.kind.map({ $0 == spec.kind }) ?? true else { continue }
@@ -52,7 +58,7 @@ public struct SandboxBackend: Sendable {
     }
 
     /// The backend's answer to a request at `t`, ignoring the network.
-    public func resolve(_ spec: RequestSpec, at t: Double) -> RequestCompletion {
+    public func resolve(_ spec: RequestSpec, at t: EngineTime) -> RequestCompletion {
         let notFound = RequestCompletion(.failure(.http(status: 404)), bytes: 44)
         switch spec.kind {
         case .targeted, .default:
@@ -88,8 +94,9 @@ public struct SandboxBackend: Sendable {
         }
     }
 
-    /// The attribution sources applied to a profile at `t`.
-    public func appliedSources(_ profileId: String, at t: Double) -> Set<String> {
-        Set((profiles[profileId]?.attribution ?? [:]).filter { $0.value <= t }.map(\.key))
+    /// The attribution sources applied to a profile at engine time `t` (an `appliesAt` in seconds is
+    /// converted to engine time before it is compared).
+    public func appliedSources(_ profileId: String, at t: EngineTime) -> Set<String> {
+        Set((profiles[profileId]?.attribution ?? [:]).filter { EngineTime(seconds: $0.value) <= t }.map(\.key))
     }
 }

@@ -25,11 +25,11 @@ public final class ScenarioRunner: EngineHost {
     private var cancelledTimers: Set<TimerID> = []
 
     private var stepCalls: [Int: (generation: Int, call: CallID)] = [:]
-    private var outcomes: [Int: (outcome: CallOutcome, at: Double)] = [:]
+    private var outcomes: [Int: (outcome: CallOutcome, at: EngineTime)] = [:]
     private var traceSteps: [TraceID: Int] = [:]
     private var lastFlows: [String: Flow] = [:]
     private var currentStep: Int?
-    private var pendingFinish: [(CallID, CallOutcome, Double)] = []
+    private var pendingFinish: [(CallID, CallOutcome, EngineTime)] = []
 
     /// A runner for `scenario`; events also go to `forward` when given (a live pipeline).
     public init(_ scenario: Scenario, forward: EngineEventSink? = nil, seed: UInt64 = 1) {
@@ -45,13 +45,13 @@ public final class ScenarioRunner: EngineHost {
 
     /// Runs every step and returns what happened.
     public func run() -> ScenarioReport {
-        let initial = Profile(id: scenario.profile.id, appliedAttributionSources: backend.appliedSources(scenario.profile.id, at: 0))
+        let initial = Profile(id: scenario.profile.id, appliedAttributionSources: backend.appliedSources(scenario.profile.id, at: .zero))
         seedCache(profileId: initial.id)
         startEngine(profile: initial)
         for (source, at) in scenario.profile.attribution.sorted(by: { $0.key < $1.key }) where at > 0 {
-            queue.schedule(.attribution(profileId: initial.id, source: source), at: at)
+            queue.schedule(.attribution(profileId: initial.id, source: source), at: EngineTime(seconds: at))
         }
-        for (i, step) in scenario.steps.enumerated() { queue.schedule(.step(i), at: step.at) }
+        for (i, step) in scenario.steps.enumerated() { queue.schedule(.step(i), at: EngineTime(seconds: step.at)) }
         while let due = queue.next() {
             let now = queue.now
             switch due {
@@ -73,19 +73,19 @@ public final class ScenarioRunner: EngineHost {
         let now = queue.now
         let answer = backend.answer(spec, at: now)
         if let completion = answer.completion, !answer.drip {
-            queue.schedule(.response(generation: generation, request, completion), at: now + answer.latency)
+            queue.schedule(.response(generation: generation, request, completion), at: now + answer.delay)
         }
     }
 
     public func cancel(_ request: RequestID) {}
 
-    public func schedule(_ timer: TimerID, at: Double) {
+    public func schedule(_ timer: TimerID, at: EngineTime) {
         queue.schedule(.timer(generation: generation, timer), at: at)
     }
 
     public func unschedule(_ timer: TimerID) { cancelledTimers.insert(timer) }
 
-    public func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+    public func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         if let step = stepCalls.first(where: { $0.value.generation == generation && $0.value.call == call })?.key {
             record(step: step, outcome, now: now)
         } else {
@@ -95,7 +95,7 @@ public final class ScenarioRunner: EngineHost {
 
     // MARK: steps
 
-    private func perform(step i: Int, now: Double) {
+    private func perform(step i: Int, now: EngineTime) {
         currentStep = i
         defer { currentStep = nil }
         let call: CallID?
@@ -122,8 +122,9 @@ public final class ScenarioRunner: EngineHost {
             case .identify(let profile):
                 backend.register(profile)
                 if let trace = engine.identify(profile.id, now: now) { traceSteps[trace] = i }
-                for (source, at) in profile.attribution.sorted(by: { $0.key < $1.key }) where at > now {
-                    queue.schedule(.attribution(profileId: profile.id, source: source), at: at)
+                for (source, seconds) in profile.attribution.sorted(by: { $0.key < $1.key }) {
+                    let at = EngineTime(seconds: seconds)
+                    if at > now { queue.schedule(.attribution(profileId: profile.id, source: source), at: at) }
                 }
                 call = nil
                 record(step: i, .done, now: now)
@@ -153,7 +154,7 @@ public final class ScenarioRunner: EngineHost {
         }
     }
 
-    private func record(step: Int, _ outcome: CallOutcome, now: Double) {
+    private func record(step: Int, _ outcome: CallOutcome, now: EngineTime) {
         guard outcomes[step] == nil else { return }
         outcomes[step] = (outcome, now)
         if case .flow(let flow) = outcome { lastFlows[flow.placementId] = flow }
@@ -183,7 +184,7 @@ public final class ScenarioRunner: EngineHost {
                             productIds: variation.productIds, remoteConfig: variation.remoteConfig,
                             layout: placement?.layout.map { LayoutRef(id: $0.id, version: $0.version) },
                             source: .cache, targetingLost: seed.fromDefaultAudience)
-            let entry = CachedFlow(flow: flow, storedAt: -seed.age, fromDefaultAudience: seed.fromDefaultAudience)
+            let entry = CachedFlow(flow: flow, storedAt: .zero - EngineTime(seconds: seed.age), fromDefaultAudience: seed.fromDefaultAudience)
             _ = disk.save(key, CacheEntryCodec.encode(entry, key: key))
             if seed.corrupt { disk.corrupt(key) }
         }
@@ -225,7 +226,7 @@ public final class ScenarioRunner: EngineHost {
         for (i, step) in scenario.steps.enumerated() {
             let count = requests.filter { $0.step == i && $0.kind != RequestKind.asset.rawValue }.count
             results.append(.init(step: i, call: step.call, startedAt: step.at, outcome: outcomes[i]?.outcome,
-                                 completedAt: outcomes[i]?.at, requests: count))
+                                 completedAt: outcomes[i]?.at.seconds, requests: count))
         }
         let eventRecords = events.map { ScenarioReport.EventRecord(step: traceSteps[$0.trace], event: $0) }
         return ScenarioReport(scenario: scenario, results: results, requests: requests, events: eventRecords)

@@ -180,13 +180,13 @@ struct SessionPlan {
         returning = r.chance(p.returningShare)
         attributed = r.chance(p.attributionShare)
         let delay = p.attributionDelay.sample(&r)
-        attributionAt = attributed ? (returning ? 0 : delay) : .infinity
-        cacheAge = p.cacheAge.sample(&r)
+        attributionAt = attributed ? (returning ? 0 : engineSeconds(delay)) : .infinity
+        cacheAge = engineSeconds(p.cacheAge.sample(&r))
         needs = []
         eligible = []
         for (i, placement) in p.placements.enumerated() {
             let wanted = r.chance(placement.share)
-            let at = placement.at.sample(&r)
+            let at = engineSeconds(placement.at.sample(&r))
             let fits = placement.sessions == .all || (placement.sessions == .new) == !returning
             guard fits else { continue }
             eligible.append(i)
@@ -196,6 +196,10 @@ struct SessionPlan {
         networkSeed = r.next()
     }
 }
+
+/// A sampled time as the engine keeps it: whole microseconds (so the tallies' differences of times
+/// are exact); infinity stays infinity.
+private func engineSeconds(_ s: Double) -> Double { s.isFinite ? EngineTime(seconds: s).seconds : s }
 
 /// Hands out shards and holds the workers' results.
 private final class ShardBoard: Sendable {
@@ -318,7 +322,7 @@ final class SessionWorld: EngineHost {
                 _ = engine.flowCache.write(key, entry, keepTargeted: false, measure: false)
             }
         }
-        if plan.attributed, plan.attributionAt > 0 { queue.schedule(.attribution, at: plan.attributionAt) }
+        if plan.attributed, plan.attributionAt > 0 { queue.schedule(.attribution, at: EngineTime(seconds: plan.attributionAt)) }
 
         switch strategy.shape {
         case .atPaywall(let policy, let t, let moment):
@@ -396,7 +400,7 @@ final class SessionWorld: EngineHost {
             guard let variation = VariationDraw.pick(payload, profileId: plan.profileId) else { continue }
             let flow = Flow(payload: payload, variation: variation, source: .cache, targetingLost: false)
             entries.append((CacheKey(profileId: plan.profileId, placementId: id),
-                            CachedFlow(flow: flow, storedAt: -plan.cacheAge, fromDefaultAudience: false)))
+                            CachedFlow(flow: flow, storedAt: .zero - EngineTime(seconds: plan.cacheAge), fromDefaultAudience: false)))
         }
         startCache = (plan.networkSeed, entries)
         return entries
@@ -404,10 +408,10 @@ final class SessionWorld: EngineHost {
 
     private func schedule(_ op: Op, at: Double) {
         ops.append(op)
-        queue.schedule(.op(ops.count - 1), at: at)
+        queue.schedule(.op(ops.count - 1), at: EngineTime(seconds: at))
     }
 
-    private func perform(_ op: Op, now: Double) {
+    private func perform(_ op: Op, now: EngineTime) {
         guard let engine else { return }
         calls += 1
         switch op {
@@ -418,7 +422,7 @@ final class SessionWorld: EngineHost {
                 let call = try engine.getFlow(placement: placements[plan?.needs[need].placement ?? 0], policy: policy, loadTimeout: t, now: now)
                 if results[need] == nil { pending.append((call, need)) }
             } catch {
-                results[need] = (now, nil)
+                results[need] = (now.seconds, nil)
             }
         case .preload(let ids, let t):
             _ = try? engine.preloadFlows(placements: ids, loadTimeout: t, now: now)
@@ -429,7 +433,7 @@ final class SessionWorld: EngineHost {
                 let call = try engine.getFlowOrDefault(placement: placements[plan?.needs[need].placement ?? 0], timeout: timeout, now: now)
                 if results[need] == nil { pending.append((call, need)) }
             } catch {
-                results[need] = (now, nil)
+                results[need] = (now.seconds, nil)
             }
         }
     }
@@ -461,23 +465,23 @@ final class SessionWorld: EngineHost {
             completion = serverFailure
         } else if let i = index {
             switch spec.kind {
-            case .targeted: completion = plan.attributionAt <= now ? targetedAnswers[i] : defaultAnswers[i]
+            case .targeted: completion = EngineTime(seconds: plan.attributionAt) <= now ? targetedAnswers[i] : defaultAnswers[i]
             case .default: completion = defaultAnswers[i]
             default: completion = notFound
             }
         } else {
             completion = notFound
         }
-        queue.schedule(.response(request, completion), at: now + latency)
+        queue.schedule(.response(request, completion), at: now + EngineTime(seconds: latency))
     }
 
     func cancel(_ request: RequestID) {}  // the engine ignores answers to requests it no longer owns
 
-    func schedule(_ timer: TimerID, at: Double) { queue.schedule(.timer(timer), at: at) }
+    func schedule(_ timer: TimerID, at: EngineTime) { queue.schedule(.timer(timer), at: at) }
 
     func unschedule(_ timer: TimerID) {}  // the engine ignores timers it no longer owns
 
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) {
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         let need: Int
         if let k = pending.firstIndex(where: { $0.call == call }) {
             need = pending.remove(at: k).need
@@ -486,7 +490,7 @@ final class SessionWorld: EngineHost {
         } else {
             return  // a preload
         }
-        if results[need] == nil { results[need] = (now, outcome.flow) }
+        if results[need] == nil { results[need] = (now.seconds, outcome.flow) }
     }
 }
 

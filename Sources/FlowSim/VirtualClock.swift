@@ -5,12 +5,12 @@ import FlowFetch
 public struct EventQueue<Item>: ~Copyable {
     /// The heap orders small trivial entries; the items wait in `slots` (reused through `free`), so
     /// sifting never copies or retains an item.
-    private var heap: [(at: Double, seq: UInt64, slot: Int)] = []
+    private var heap: [(at: EngineTime, seq: UInt64, slot: Int)] = []
     private var slots: [Item?] = []
     private var free: [Int] = []
     private var seq: UInt64 = 0
     /// The virtual time: the due time of the last item taken.
-    public private(set) var now: Double = 0
+    public private(set) var now = EngineTime.zero
 
     public init() {}
 
@@ -23,11 +23,11 @@ public struct EventQueue<Item>: ~Copyable {
         slots.removeAll(keepingCapacity: true)
         free.removeAll(keepingCapacity: true)
         seq = 0
-        now = 0
+        now = .zero
     }
 
     /// Schedules `item` at time `at` (never before now).
-    public mutating func schedule(_ item: Item, at: Double) {
+    public mutating func schedule(_ item: Item, at: EngineTime) {
         seq += 1
         let slot: Int
         if let reused = free.popLast() {

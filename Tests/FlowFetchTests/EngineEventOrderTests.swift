@@ -15,9 +15,9 @@ private final class LoggingHost: EngineHost {
     init(_ log: Log) { self.log = log }
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) { sent.append(request); log.add("host.send") }
     func cancel(_ request: RequestID) { log.add("host.cancel") }
-    func schedule(_ timer: TimerID, at: Double) { log.add("host.schedule") }
+    func schedule(_ timer: TimerID, at: EngineTime) { log.add("host.schedule") }
     func unschedule(_ timer: TimerID) { log.add("host.unschedule") }
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) { log.add("host.finished") }
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) { log.add("host.finished") }
 }
 
 /// Counts hand-overs: the engine passes the events of one input in one call.

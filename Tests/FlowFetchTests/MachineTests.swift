@@ -13,7 +13,7 @@ struct FakeCache: CacheView {
 /// The sends, timers, cancels and finish of a batch of actions, in a form easy to compare.
 struct Acts {
     var sends: [(tag: Int, spec: RequestSpec)] = []
-    var timers: [(tag: Int, at: Double)] = []
+    var timers: [(tag: Int, at: EngineTime)] = []
     var cancels: [Int] = []
     var clears: [Int] = []
     var events: [EventName] = []

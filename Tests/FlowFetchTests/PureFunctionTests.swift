@@ -155,7 +155,7 @@ struct LRUIndexTests {
 struct FlowCacheTests {
     let key = CacheKey(profileId: "user-42", placementId: "main_paywall")
 
-    func entry(_ v: String, fromDefault: Bool, at: Double = 12.5) -> CachedFlow {
+    func entry(_ v: String, fromDefault: Bool, at: EngineTime = 12.5) -> CachedFlow {
         CachedFlow(flow: Flow(placementId: "main_paywall", variationId: v, audienceName: "ASA", audienceVersionId: "av-asa",
                               revision: 3, productIds: ["p1", "p2"], remoteConfig: ["k": [1, "x", true]],
                               layout: LayoutRef(id: "L1", version: 3), source: .cache, targetingLost: fromDefault),

@@ -185,7 +185,7 @@ struct ReliabilityCrashTests {
                 let flow = Flow(placementId: key.placementId, variationId: "v\(i)", audienceName: "All Users", audienceVersionId: "av",
                                 revision: i, productIds: ["p"], remoteConfig: ["i": .number(Double(i))], layout: nil,
                                 source: .network, targetingLost: false)
-                #expect(cache.write(key, CachedFlow(flow: flow, storedAt: Double(i), fromDefaultAudience: false), keepTargeted: false).stored)
+                #expect(cache.write(key, CachedFlow(flow: flow, storedAt: EngineTime(seconds: Double(i)), fromDefaultAudience: false), keepTargeted: false).stored)
             }
         }
         let store = try FileFlowStore(directory: dir)

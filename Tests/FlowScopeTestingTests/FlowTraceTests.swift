@@ -18,9 +18,9 @@ final class Shared<Value: Sendable>: Sendable {
 /// Wall-clock time whose deadlines never fire: for tests whose backend answers at once, so that a
 /// cooperative pool starved by other suites cannot turn an answer into a timeout.
 struct NoDeadlineClock: EngineClock {
-    func now() -> Double { Date().timeIntervalSince1970 }
-    func sleep(until deadline: Double) async throws { try await Task.sleep(for: .seconds(86_400)) }
-    func schedule(at deadline: Double, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void { {} }
+    func now() -> EngineTime { SystemClock().now() }
+    func sleep(until deadline: EngineTime) async throws { try await Task.sleep(for: .seconds(86_400)) }
+    func schedule(at deadline: EngineTime, _ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void { {} }
 }
 
 enum Fixtures {

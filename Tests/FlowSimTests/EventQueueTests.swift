@@ -1,3 +1,4 @@
+import FlowFetch
 import FlowSim
 import Testing
 
@@ -6,7 +7,7 @@ struct EventQueueTests {
     @Test("items come out by time, ties in scheduling order, interleaved with new ones; reset starts over")
     func ordersLikeASortedList() {
         var queue = EventQueue<String>()
-        var model: [(at: Double, seq: Int, item: String)] = []
+        var model: [(at: EngineTime, seq: Int, item: String)] = []
         var state: UInt64 = 99
         func draw(_ bound: Int) -> Int {
             state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
@@ -17,7 +18,7 @@ struct EventQueueTests {
             for step in 0..<6_000 {
                 if draw(3) < 2 || model.isEmpty {
                     // Coarse times, so many items share one (ties must keep their order).
-                    let at = queue.now + Double(draw(5))
+                    let at = queue.now + EngineTime(microseconds: Int64(draw(5)) * 1_000_000)
                     seq += 1
                     queue.schedule("item-\(round)-\(step)", at: at)
                     model.append((at, seq, "item-\(round)-\(step)"))

@@ -90,16 +90,17 @@ struct PropertyTests {
                     violations.append("seed \(seed) step \(i): never ended")
                     continue
                 }
-                let took = end - step.at
+                // Times convert once to whole microseconds (the engine's clock); compare there, exactly.
+                let took = EngineTime(seconds: end) - EngineTime(seconds: step.at)
                 let ends = report.events.filter { $0.step == i && ($0.event.name == .fetchEnd || $0.event.name == .preloadEnd) }
                 switch step.call {
                 case .getFlow(_, _, let t):
-                    let bound = max(t ?? Budget.defaultLoadTimeout, 1)
-                    if took > bound + 1e-9 { violations.append("seed \(seed) step \(i): getFlow took \(took) > \(bound)") }
+                    let bound = Budget.loadTimeout(t ?? Budget.defaultLoadTimeout) ?? .zero
+                    if took > bound { violations.append("seed \(seed) step \(i): getFlow took \(took) > \(bound)") }
                     if ends.count != 1 { violations.append("seed \(seed) step \(i): \(ends.count) fetch.end") }
                 case .preloadFlows(let ids, let t):
-                    let bound = max(t ?? Budget.defaultLoadTimeout, 1)
-                    if took > bound + 1e-9 { violations.append("seed \(seed) step \(i): preload took \(took) > \(bound)") }
+                    let bound = Budget.loadTimeout(t ?? Budget.defaultLoadTimeout) ?? .zero
+                    if took > bound { violations.append("seed \(seed) step \(i): preload took \(took) > \(bound)") }
                     let normalized = Budget.normalizePlacements(ids)
                     if ends.count != (normalized.isEmpty ? 0 : 1) { violations.append("seed \(seed) step \(i): \(ends.count) preload.end") }
                     if let e = outcome.error {
@@ -109,7 +110,7 @@ struct PropertyTests {
                         }
                     }
                 case .getFlowOrDefault(_, let timeout):
-                    if took > timeout + scenario.requestTimeout + 1e-9 {
+                    if took > EngineTime(seconds: timeout) + EngineTime(seconds: scenario.requestTimeout) {
                         violations.append("seed \(seed) step \(i): getFlowOrDefault took \(took)")
                     }
                     if ends.count != 1 { violations.append("seed \(seed) step \(i): \(ends.count) deliveries") }
@@ -166,7 +167,8 @@ struct InterruptionPropertyTests {
                 case .getFlow, .getFlowOrDefault:
                     if ends.count != 1 { violations.append("seed \(seed) step \(i): \(ends.count) fetch.end") }
                     if let e = outcome.error, [.operationInterrupted, .profileWasChanged].contains(e.code) { interrupted += 1 }
-                    if let e = outcome.error, [.operationInterrupted, .profileWasChanged].contains(e.code), end != at {
+                    if let e = outcome.error, [.operationInterrupted, .profileWasChanged].contains(e.code),
+                       EngineTime(seconds: end) != EngineTime(seconds: at) {
                         violations.append("seed \(seed) step \(i): interrupted at \(end), not at \(at)")
                     }
                 default: break

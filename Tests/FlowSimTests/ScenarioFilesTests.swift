@@ -91,9 +91,9 @@ final class ManualHost: EngineHost {
     var outcomes: [CallID: CallOutcome] = [:]
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) { sent.append((request, spec)) }
     func cancel(_ request: RequestID) {}
-    func schedule(_ timer: TimerID, at: Double) {}
+    func schedule(_ timer: TimerID, at: EngineTime) {}
     func unschedule(_ timer: TimerID) {}
-    func finished(_ call: CallID, _ outcome: CallOutcome, now: Double) { outcomes[call] = outcome }
+    func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) { outcomes[call] = outcome }
 }
 
 /// Collects engine events.
@@ -113,10 +113,10 @@ func evictionEvents() -> [EngineEvent] {
                             layouts: InMemoryLayoutStore(), host: host, events: sink,
                             traceIDs: { TraceID(high: ids.next() | 1, low: ids.next()) })
     for (i, p) in ["a", "b", "c"].enumerated() {
-        _ = try? engine.getFlow(placement: p, now: Double(i))
+        _ = try? engine.getFlow(placement: p, now: EngineTime(seconds: Double(i)))
         let payload = AudiencePayload(placementId: p, audienceName: "All Users", audienceVersionId: "av",
                                       variations: [Variation(id: "\(p)-A", weight: 100, remoteConfig: ["pad": .string(String(repeating: "x", count: 300))])])
-        if let (rid, _) = host.sent.last { engine.response(rid, RequestCompletion(.success(.audience(payload))), now: Double(i) + 0.1) }
+        if let (rid, _) = host.sent.last { engine.response(rid, RequestCompletion(.success(.audience(payload))), now: EngineTime(seconds: Double(i)) + 0.1) }
     }
     return sink.events.withLock { $0 }
 }
