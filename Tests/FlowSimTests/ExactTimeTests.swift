@@ -181,7 +181,7 @@ struct ExactTimeTests {
 
     @Test("scenario 26 reports the decimal maxAge boundary as expired, with age 0.2 and maxAge 0.2")
     func decimalScenarioEvents() throws {
-        let (_, scenario) = try #require(try scenarioFiles().first { $0.path.hasSuffix("26-decimal-max-age-boundary.json5") })
+        let (_, scenario) = try #require(try scenarioFiles().first { $0.path.hasSuffix("27-decimal-max-age-boundary.json5") })
         let report = ScenarioRunner(scenario).run()
         #expect(report.failures.isEmpty)
         let expired = report.events.filter { $0.event.name == .cacheExpired && $0.step == 2 }
