@@ -90,7 +90,7 @@ final class BlackholeListener {
 /// "RealTime" in the name: `make test` runs it in the serial second pass (wall-clock waits, processes).
 @Suite("the installed flowscope binary")
 struct BinaryRunAnywhereRealTimeTests {
-    @Test("installed alone, started from an empty directory with no config: serves the dashboard, demo traffic and /metrics")
+    @Test("installed alone, started from an empty directory with no config: serves the dashboard (rendered in Chromium), demo traffic and /metrics")
     func emptyDirectory() async throws {
         let dir = makeTemporaryDirectory("installed")
         defer { removeDirectory(dir) }
@@ -109,6 +109,11 @@ struct BinaryRunAnywhereRealTimeTests {
             let events = try JSON5.parse(try TestConnection(port: port).request("GET", "/api/events?name=fetch.end&run=live").text)
             return (events["events"]?.arrayValue?.count ?? 0) >= 2
         }, "demo traffic reaches the dashboard")
+        // The embedded dashboard renders in a real browser: placements and charts from the demo traffic.
+        let dom = try renderedDashboard(port: port)
+        #expect(dom.contains("data-ready=\"true\""), "\(dom.prefix(300))")
+        #expect(dom.contains("<tr data-placement="), "placements table rows")
+        #expect(dom.contains("<svg class=\"chart"), "charts drawn")
         let metrics = try TestConnection(port: port).request("GET", "/metrics")
         #expect(metrics.status == 200)
         #expect(metrics.text.contains("flowscope_fetch_duration_seconds"), "\(metrics.text.prefix(300))")
@@ -236,4 +241,20 @@ struct BinaryRunAnywhereRealTimeTests {
         let end = await stub.exit(within: 15)
         #expect(end?.reason == .exit && end?.status == 0, "\(String(describing: end)) \(stub.stderr)")
     }
+}
+
+/// The dashboard's DOM after its scripts ran, from headless Chromium (installed by `make test`).
+func renderedDashboard(port: Int) throws -> String {
+    let candidates: [String] = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
+    let chromium = candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+    guard let chromium else { throw ClientError("chromium not found: `apt-get install chromium` (make test installs it)") }
+    let profile = makeTemporaryDirectory("chromium")
+    defer { removeDirectory(profile) }
+    let result = try runProcess(chromium, [
+        "--headless", "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors", "--user-data-dir=\(profile)",
+        "--no-first-run", "--virtual-time-budget=5000", "--window-size=1400,1000", "--dump-dom",
+        "https://127.0.0.1:\(port)/?stream=off",
+    ], timeout: 90)
+    guard result.status == 0 else { throw ClientError("chromium exited with \(result.status): \(result.err.suffix(300))") }
+    return result.out
 }
