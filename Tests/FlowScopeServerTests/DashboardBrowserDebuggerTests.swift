@@ -223,6 +223,19 @@ struct DashboardBrowserDebuggerTests {
         #expect(try browser.waitFor("document.querySelector('#offline-banner').hidden && !document.body.classList.contains('is-stale')"))
     }
 
+    @Test("the tail's placement filter keeps the preload events that name the placement (their own placement is null)")
+    func placementFilterKeepsPreloads() throws {
+        guard let chromium = Self.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        try stack.waitForFetches(placement: "main_paywall", count: 2)
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off#run=live&placement=settings_upsell")
+        #expect(dom.contains("data-ready=\"true\""))
+        let tail = try #require(HTMLSlice.element(in: dom, startingWith: "<section id=\"tail\""))
+        let names = tail.components(separatedBy: "data-name=\"").dropFirst().map { String($0.prefix { $0 != "\"" }) }
+        #expect(names.sorted() == ["preload.end", "preload.start", "request.end", "request.start"], "\(names)")
+    }
+
     @Test("secondary text, the ok and warning texts and the axis labels reach 4.5:1 on their panels (WCAG AA) in the light and dark themes")
     func contrast() throws {
         guard let chromium = Self.chromium() else { return }

@@ -14,12 +14,23 @@ export const EVENT_NAMES = [
   'asset.bundled', 'attribution.applied', 'attribution.timeout', 'param.clamped', 'profile.changed', 'sink.dropped',
 ];
 
-/** Whether an envelope passes the filters ({run: string|null, placement, name}). */
+/**
+ * Whether an envelope passes the filters ({run: string|null, placement, name}). A preload event (no
+ * placement of its own) matches the placements it names: `placements`, `succeeded`, `failed`.
+ */
 export function matches(e, filters) {
   if (filters.run !== null && e.run !== filters.run) return false;
-  if (filters.placement && e.placement !== filters.placement) return false;
+  if (filters.placement && e.placement !== filters.placement && !namesPlacement(e, filters.placement)) return false;
   if (filters.name && e.name !== filters.name) return false;
   return true;
+}
+
+function namesPlacement(e, placement) {
+  if (e.placement !== null && e.placement !== undefined) return false;
+  const a = e.attrs && typeof e.attrs === 'object' ? e.attrs : {};
+  return (Array.isArray(a.placements) && a.placements.includes(placement))
+    || (Array.isArray(a.succeeded) && a.succeeded.includes(placement))
+    || (a.failed !== null && typeof a.failed === 'object' && !Array.isArray(a.failed) && Object.hasOwn(a.failed, placement));
 }
 
 /** Replaces a select's options after its fixed first ones, keeping the selection when still offered. */
