@@ -439,8 +439,13 @@ function markSelected() {
   }
 }
 
+let detailDrawn = null;
+/** Draws the open call; only when it changed (new events, another width), so text selected in it stays. */
 function renderDetail() {
   const panel = $('#trace-detail');
+  const drawn = state.selected ? `${state.selected.trace}:${state.selected.events.size}:${$('#waterfall').clientWidth}` : null;
+  if (drawn === detailDrawn && (drawn === null) === panel.hidden) return;
+  detailDrawn = drawn;
   if (!state.selected) { renderTraceDetail(panel, null); return; }
   const events = [...state.selected.events.values()].sort((a, b) => a.seq - b.seq);
   const call = groupCalls(events, 1, events.length ? events[events.length - 1].t : null)[0] ?? null;

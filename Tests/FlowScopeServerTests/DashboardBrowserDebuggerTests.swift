@@ -271,6 +271,24 @@ struct DashboardBrowserDebuggerTests {
         }
     }
 
+    @Test("a run switch that cannot load says so instead of showing an empty or another run's view")
+    func failedRunSwitch() throws {
+        guard let chromium = Self.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        _ = try stack.ingest(DemoCalls.call(run: "test:a", placement: "checkout", t: 1, source: "network", duration: 0.1))
+        let browser = try Self.openPage(chromium, stack)
+        defer { browser.close() }
+        #expect(try browser.evaluate("document.querySelector('#run-alert').hidden") == .bool(true))
+        stack.stop()
+        _ = try browser.evaluate("(() => { const s = document.querySelector('#run-select'); s.value = 'test:a'; s.dispatchEvent(new Event('change')); })()")
+        #expect(try browser.waitFor("!document.querySelector('#run-alert').hidden", timeout: 20))
+        let text = try browser.evaluate("document.querySelector('#run-alert').textContent").stringValue ?? ""
+        #expect(text.hasPrefix("Could not load run test:a"), "\(text)")
+        #expect(try browser.evaluate("document.querySelectorAll('#waterfall g.wf-call[data-placement=\"main_paywall\"]').length") == .number(0),
+                "the previous run's calls are not shown as if they were this run's")
+    }
+
     @Test("run, tail filters and the open call are in the URL with a history entry each: Back returns to the view before")
     func urlForEveryView() throws {
         guard let chromium = Self.chromium() else { return }
