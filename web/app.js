@@ -494,7 +494,11 @@ function renderKpis(events) {
   const ok = sum((p) => Object.values(p.sources ?? {}).reduce((a, b) => a + b, 0));
   const durations = fetchDurations(events).map((s) => s.duration).sort((a, b) => a - b);
   const summary = state.runDetail?.run ?? null;
-  const errors = summary && Number.isFinite(summary.errors) ? summary.errors : sum((p) => p.errors);
+  // One meaning in every view: failed fetches plus placements a preload failed, as the run summaries
+  // count them (all runs: the sum over the runs; the placements alone miss the preload failures).
+  const runErrors = state.runs.filter((r) => r.kind !== 'simulation' && Number.isFinite(r.errors));
+  const errors = summary && Number.isFinite(summary.errors) ? summary.errors
+    : state.run === '' && runErrors.length ? runErrors.reduce((s, r) => s + r.errors, 0) : sum((p) => p.errors);
   const timeouts = sum((p) => p.timeouts);
   const lost = sum((p) => p.targetingLost);
   setKpi('fetches', fmt.count(fetches), `${fmt.count(ps.length)} placement${ps.length === 1 ? '' : 's'}`);
@@ -503,7 +507,7 @@ function renderKpis(events) {
   setKpi('p95', fmt.duration(percentile(durations, 95)), durations.length ? `last ${fmt.count(durations.length)} calls` : '', percentile(durations, 95) >= 4 ? 'warn' : '');
   setKpi('timeouts', fmt.count(timeouts), fetches ? `${(timeouts / fetches).toFixed(2)} per fetch` : '', timeouts ? 'warn' : '');
   setKpi('targetingLost', fmt.count(lost), fetches ? `${fmt.percent(lost, fetches)} of fetches` : '', lost ? 'warn' : '');
-  setKpi('errors', fmt.count(errors), summary ? 'fetch + preload' : '', errors ? 'bad' : '');
+  setKpi('errors', fmt.count(errors), summary || (state.run === '' && runErrors.length) ? 'fetch + preload' : '', errors ? 'bad' : '');
   // Events of the last minute; when the page holds less than that minute (a capped page or a full
   // buffer), the rate over the stretch it holds.
   const now = Date.now();

@@ -236,6 +236,19 @@ struct DashboardBrowserDebuggerTests {
         #expect(names.sorted() == ["preload.end", "preload.start", "request.end", "request.start"], "\(names)")
     }
 
+    @Test("the Errors KPI counts failed fetches and failed preload placements alike in a run's view and in all runs")
+    func errorsKPIMeansOneThing() throws {
+        guard let chromium = Self.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live")) // no failed fetch, one preload placement failed
+        try stack.waitForFetches(placement: "main_paywall", count: 2)
+        for hash in ["#run=live", "#run="] {
+            let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off\(hash)")
+            let kpi = try #require(HTMLSlice.element(in: dom, startingWith: "<div class=\"kpi\" data-kpi=\"errors\""))
+            #expect(HTMLSlice.texts(in: kpi) == ["Errors", "1", "fetch + preload"], "\(hash): \(kpi)")
+        }
+    }
+
     @Test("secondary text, the ok and warning texts and the axis labels reach 4.5:1 on their panels (WCAG AA) in the light and dark themes")
     func contrast() throws {
         guard let chromium = Self.chromium() else { return }
