@@ -17,22 +17,72 @@ const state = {
   runs: [],
   runDetail: null,
   placements: [],
+  // The selected run's own events, loaded from the server per run: other runs never push them out.
   buffer: new EventBuffer(),
-  selectedTrace: null,
+  // Every event the stream brought, for the tail when it shows other runs than the selected one.
+  all: new EventBuffer(),
+  // The open call: {trace, events: Map seq -> envelope}, kept apart from the buffers so that it stays
+  // whole while newer events arrive.
+  selected: null,
+  wfCurrent: null, // the waterfall's tab stop (a trace)
+  tailCurrent: null, // the tail's tab stop (a seq)
+  pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'tail')
   paused: false,
   conn: 'connecting',
   loaded: false,
   error: null,
+  epoch: null, // the server's epoch: another one means the server restarted (its seq starts again)
+  cursor: null, // the server's latest seq when the buffer was filled
+  loadToken: 0,
+  offlineSince: null,
 };
+const PAGE = 1000;
+const MAX_PAGES = 12;
 
 const WATERFALL_CALLS = 24;
 const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations' };
 
 // ---------------------------------------------------------------- run selector
 
-function runFromHash() {
-  const m = /(?:^#|&)run=([^&]*)/.exec(location.hash);
-  return m ? decodeURIComponent(m[1]) : null;
+/** The view in the URL's hash: run, open call, tail filters (`#run=live&call=<trace>&placement=&event=&tailRun=`). */
+function viewFromURL() {
+  const q = new URLSearchParams(location.hash.replace(/^#/, ''));
+  return { run: q.get('run'), call: q.get('call'), placement: q.get('placement') ?? '', event: q.get('event') ?? '', tailRun: q.get('tailRun') };
+}
+
+/** The hash of the current view. */
+function viewHash() {
+  const q = new URLSearchParams();
+  q.set('run', state.run);
+  if (state.selected) q.set('call', state.selected.trace);
+  if ($('#filter-placement').value) q.set('placement', $('#filter-placement').value);
+  if ($('#filter-name').value) q.set('event', $('#filter-name').value);
+  if ($('#filter-run').value !== '@view') q.set('tailRun', $('#filter-run').value);
+  return `#${q.toString()}`;
+}
+
+/** Records the view in the URL: a new history entry for a user's action, so Back returns to the view before. */
+function recordView({ push = true } = {}) {
+  const hash = viewHash();
+  if (location.hash === hash) return;
+  if (push) history.pushState(null, '', hash);
+  else history.replaceState(null, '', hash);
+}
+
+/** Applies the URL's view (Back and Forward, a pasted link). */
+async function applyURL() {
+  const view = viewFromURL();
+  if (view.placement !== $('#filter-placement').value) ensureOption($('#filter-placement'), view.placement);
+  ensureOption($('#filter-name'), view.event);
+  if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun); else $('#filter-run').value = '@view';
+  if (view.run !== null && view.run !== state.run) await selectRun(view.run, { record: false });
+  if ((view.call ?? null) !== (state.selected?.trace ?? null)) openCall(view.call, { record: false });
+  renderTailNow();
+}
+
+function ensureOption(select, value) {
+  if (value && ![...select.options].some((o) => o.value === value)) select.add(new Option(value, value));
+  select.value = value ?? '';
 }
 
 function renderRunSelect() {
@@ -74,15 +124,22 @@ function runKind(id) {
   return 'test';
 }
 
-async function selectRun(run) {
+async function selectRun(run, { record = true } = {}) {
   state.run = run;
-  state.selectedTrace = null;
-  const hash = `#run=${encodeURIComponent(run)}`;
-  if (location.hash !== hash) history.replaceState(null, '', hash);
+  state.selected = null;
+  if (record) recordView();
   renderRunSelect();
   state.buffer.clear();
-  await Promise.all([loadEvents(), loadAggregates(), loadSinks()]);
-  render();
+  const token = ++state.loadToken;
+  const alert = $('#run-alert');
+  alert.hidden = true;
+  const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks()]);
+  if (token !== state.loadToken) return;
+  if (!loaded) {
+    alert.hidden = false;
+    alert.textContent = `Could not load run ${run || 'all runs'}: ${state.error?.message ?? 'the server did not answer'}. The panels below are empty until it loads; pick the run again to retry.`;
+  }
+  render({ force: true });
 }
 
 // ---------------------------------------------------------------- loading
@@ -132,42 +189,97 @@ async function loadAggregates() {
   }
 }
 
-async function loadEvents() {
+/**
+ * Loads the selected run's own events from the server (`GET /api/events?run=`): the newest page, and
+ * when the run has more, pages forward from its start so the buffer holds its newest events whole.
+ * Returns false when the server could not be asked.
+ */
+async function loadEvents(token = state.loadToken) {
+  const run = state.run || null;
   try {
-    const answer = await api.events({ limit: 1000, run: state.run || null });
-    const list = Array.isArray(answer.events) ? answer.events : [];
+    const newest = await api.events({ limit: PAGE, run });
+    if (token !== state.loadToken) return true;
+    if (noteEpoch(newest.epoch)) return true;
+    const list = Array.isArray(newest.events) ? newest.events : [];
     state.buffer.add(list);
-    // The server caps a page (1000 events): then the page does not hold the whole last minute.
-    state.pageLimited = list.length >= 1000;
-    setLatestSeq(answer.latestSeq);
+    state.cursor = Number.isFinite(newest.latestSeq) ? newest.latestSeq : state.cursor;
+    if (list.length >= PAGE) {
+      const until = list[0].seq;
+      let since = 0;
+      for (let page = 0; page < MAX_PAGES; page += 1) {
+        const answer = await api.events({ since, limit: PAGE, run });
+        if (token !== state.loadToken) return true;
+        const more = (Array.isArray(answer.events) ? answer.events : []).filter((e) => e.seq < until);
+        state.buffer.add(more);
+        if (more.length < PAGE) break;
+        since = more[more.length - 1].seq;
+      }
+    }
+    // The server caps what it keeps: when the buffer is full, it does not hold the whole last minute.
+    state.pageLimited = state.buffer.events.length >= state.buffer.capacity;
+    setLatestSeq(newest.latestSeq);
     state.loaded = true;
+    return true;
   } catch (error) {
     note(error);
+    return false;
   }
 }
 
-/** After the stream (re)opens: fetch what may have been missed between the page load and the stream. */
+/** After the stream (re)opens: fetch the run's events that may have been missed while it was closed. */
 async function fillGap() {
+  const token = state.loadToken;
   try {
-    // A few pages at most: the buffer keeps 5000 events anyway.
-    for (let page = 0; page < 5; page += 1) {
-      const since = state.buffer.latestSeq;
+    for (let page = 0; page < MAX_PAGES; page += 1) {
+      const since = state.cursor;
       if (since === null) return;
-      const answer = await api.events({ since, limit: 1000, run: state.run || null });
+      const answer = await api.events({ since, limit: PAGE, run: state.run || null });
+      if (token !== state.loadToken || noteEpoch(answer.epoch)) return;
       const list = Array.isArray(answer.events) ? answer.events : [];
       if (state.buffer.add(list).length) scheduleRender();
+      if (list.length) state.cursor = Math.max(state.cursor, list[list.length - 1].seq);
       setLatestSeq(answer.latestSeq);
-      if (list.length < 1000) return;
+      if (list.length < PAGE) {
+        if (Number.isFinite(answer.latestSeq)) state.cursor = Math.max(state.cursor, answer.latestSeq);
+        return;
+      }
     }
   } catch (error) {
     note(error);
   }
 }
 
+/**
+ * Notes the server's epoch from an answer. Another epoch than the one the page loaded from means the
+ * server restarted (its seq began again at 1): everything is loaded again. Returns true then.
+ */
+function noteEpoch(epoch) {
+  if (typeof epoch !== 'string' || !epoch) return false;
+  if (state.epoch === null) { state.epoch = epoch; return false; }
+  if (epoch === state.epoch) return false;
+  state.epoch = epoch;
+  reloadAfterRestart();
+  return true;
+}
+
+async function reloadAfterRestart() {
+  const token = ++state.loadToken;
+  state.buffer.clear();
+  state.all.clear();
+  state.cursor = null;
+  latestSeq = null;
+  await loadRuns();
+  await Promise.all([loadEvents(token), loadAggregates(), loadSinks()]);
+  if (token === state.loadToken) render({ force: true });
+}
+
 let latestSeq = null;
 function setLatestSeq(seq) {
   if (Number.isFinite(seq) && (latestSeq === null || seq > latestSeq)) latestSeq = seq;
-  $('#footer-seq').textContent = `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events in page (max ${fmt.count(state.buffer.capacity)})`;
+  document.body.dataset.latestSeq = latestSeq ?? '';
+  const stale = state.offlineSince !== null ? ` · stale since ${fmt.clock(new Date(state.offlineSince).toISOString())}` : '';
+  const paused = state.paused ? ' · paused' : '';
+  $('#footer-seq').textContent = `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`;
 }
 
 function note(error) {
@@ -179,6 +291,9 @@ function note(error) {
 
 function setConn(conn) {
   state.conn = conn;
+  if (conn === 'open' || conn === 'off') state.offlineSince = null;
+  else if (state.offlineSince === null && state.everOpen) state.offlineSince = Date.now();
+  updateOffline();
   const node = $('#conn-state');
   node.dataset.state = conn;
   const texts = { open: 'Live', connecting: 'Connecting…', reconnecting: 'Reconnecting…', closed: 'Offline — retrying', off: 'Snapshot' };
@@ -188,16 +303,45 @@ function setConn(conn) {
       : 'The event stream is not connected; it reconnects by itself';
 }
 
+/**
+ * The offline banner: shown once the stream has been down for more than 2 s (a reconnect blip is not
+ * news), with the time since; every panel is marked stale meanwhile.
+ */
+function updateOffline() {
+  const banner = $('#offline-banner');
+  const since = state.offlineSince;
+  const down = since !== null && Date.now() - since > 2000;
+  banner.hidden = !down;
+  document.body.classList.toggle('is-stale', down);
+  if (down) {
+    const seconds = Math.round((Date.now() - since) / 1000);
+    banner.textContent = `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
+      'Every panel shows data as of then; it updates by itself once the server answers again.';
+  }
+  setLatestSeq(latestSeq);
+}
+
 const stream = new api.LiveStream({
   onState: (s) => setConn(s === 'connecting' && state.everOpen ? 'reconnecting' : s),
   onOpen: () => { state.everOpen = true; fillGap(); },
+  onHello: (hello) => noteEpoch(hello?.epoch),
   onEvents: (batch) => {
-    const fresh = state.buffer.add(batch);
-    if (!fresh.length) return;
-    setLatestSeq(fresh[fresh.length - 1].seq);
-    const newRun = fresh.some((e) => !state.runs.some((r) => r.id === e.run));
+    const valid = batch.filter((e) => e && Number.isFinite(e.seq));
+    if (!valid.length) return;
+    state.all.add(valid);
+    const last = valid[valid.length - 1].seq;
+    state.cursor = state.cursor === null ? last : Math.max(state.cursor, last);
+    setLatestSeq(last);
+    const fresh = state.buffer.add(state.run === '' ? valid : valid.filter((e) => e.run === state.run));
+    let callChanged = false;
+    if (state.selected) {
+      for (const e of valid) {
+        if (e.trace === state.selected.trace && !state.selected.events.has(e.seq)) { state.selected.events.set(e.seq, e); callChanged = true; }
+      }
+    }
+    const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
     scheduleAggregates(newRun);
-    scheduleRender();
+    if (fresh.length || callChanged || state.run === '' || $('#filter-run').value !== '@view') scheduleRender();
   },
 });
 
@@ -233,7 +377,14 @@ function viewEvents() {
   return state.buffer.ofRun(state.run === '' ? null : state.run);
 }
 
-function render() {
+/**
+ * Redraws every panel from the buffers. Paused, nothing moves (the open call still opens and closes).
+ * A panel under the pointer holds still; the row that has the focus keeps it (rows are keyed by trace
+ * and seq), so a redraw never sends the focus back to the page.
+ */
+function render({ force = false } = {}) {
+  setLatestSeq(latestSeq);
+  if (state.paused && !force) return;
   const events = viewEvents();
   const nothing = state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
     && !hasStrategies(state.runDetail) && !state.runs.some((r) => r.events > 0 || r.kind === 'simulation');
@@ -248,11 +399,23 @@ function render() {
   renderKpis(events);
 
   const nowT = events.length ? events[events.length - 1].t : null;
-  const calls = groupCalls(events, WATERFALL_CALLS, nowT);
   const wf = $('#waterfall');
-  renderWaterfall($('#waterfall-chart'), calls, { onSelect: selectTrace, selected: state.selectedTrace });
-  wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;
-  renderDetail(events);
+  const chart = $('#waterfall-chart');
+  const wfHeld = state.pointerOn.has('waterfall') && chart.querySelector('g.wf-call');
+  $('#waterfall-held').hidden = !wfHeld;
+  if (wfHeld) {
+    markSelected();
+  } else {
+    const calls = groupCalls(events, WATERFALL_CALLS, nowT);
+    const focused = document.activeElement?.closest?.('#waterfall-chart g.wf-call')?.dataset.trace;
+    renderWaterfall(chart, calls, {
+      onSelect: selectTrace, onCurrent: (trace) => { state.wfCurrent = trace; },
+      selected: state.selected?.trace, current: focused ?? state.wfCurrent,
+    });
+    if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
+    wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;
+  }
+  renderDetail();
 
   const samples = fetchDurations(events);
   const h = renderHistogram($('#histogram-chart'), samples);
@@ -260,25 +423,67 @@ function render() {
   $('#histogram-note').textContent = samples.length ? `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)}` : '';
 
   updateFilterOptions();
-  // While the user reads older rows (scrolled down), the tail holds still; back at the top it follows again.
-  const held = $('.tail-wrap').scrollTop > 4;
-  if (!state.paused && !held) renderTailNow();
-  $('#tail-held').hidden = !held || state.paused;
-  setLatestSeq(latestSeq);
+  // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
+  // top it follows again.
+  const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
+  if (!held) renderTailNow();
+  $('#tail-held').hidden = !held;
 }
 
-function renderDetail(events) {
+/** The selected class on waterfall rows, without redrawing them. */
+function markSelected() {
+  for (const g of document.querySelectorAll('#waterfall-chart g.wf-call')) {
+    const on = g.dataset.trace === state.selected?.trace;
+    g.classList.toggle('selected', on);
+    g.setAttribute('aria-selected', String(on));
+  }
+}
+
+let detailDrawn = null;
+/** Draws the open call; only when it changed (new events, another width), so text selected in it stays. */
+function renderDetail() {
   const panel = $('#trace-detail');
-  if (!state.selectedTrace) { renderTraceDetail(panel, null); return; }
-  const call = groupCalls(events.filter((e) => e.trace === state.selectedTrace), 1)[0]
-    ?? groupCalls(state.buffer.events.filter((e) => e.trace === state.selectedTrace), 1)[0];
-  renderTraceDetail(panel, call ?? null);
+  const drawn = state.selected ? `${state.selected.trace}:${state.selected.events.size}:${$('#waterfall').clientWidth}` : null;
+  if (drawn === detailDrawn && (drawn === null) === panel.hidden) return;
+  detailDrawn = drawn;
+  if (!state.selected) { renderTraceDetail(panel, null); return; }
+  const events = [...state.selected.events.values()].sort((a, b) => a.seq - b.seq);
+  const call = groupCalls(events, 1, events.length ? events[events.length - 1].t : null)[0] ?? null;
+  if (call) { renderTraceDetail(panel, call); return; }
+  renderTraceDetail(panel, null);
+  panel.hidden = false;
+  panel.dataset.trace = state.selected.trace;
+  panel.querySelector('h3').textContent = `trace ${state.selected.trace}: none of this call's events are loaded for this run`;
+}
+
+/** Opens the call of `trace` (null closes it): its events as loaded now, kept whole from here on. */
+function openCall(trace, { record = true } = {}) {
+  if (!trace) {
+    state.selected = null;
+  } else {
+    const events = new Map();
+    for (const list of [state.buffer.events, state.all.events]) {
+      for (const e of list) if (e.trace === trace) events.set(e.seq, e);
+    }
+    state.selected = { trace, events };
+  }
+  if (record) recordView();
+  markSelected();
+  renderDetail();
 }
 
 function selectTrace(trace) {
-  state.selectedTrace = state.selectedTrace === trace ? null : trace;
-  render();
-  if (state.selectedTrace) $('#trace-detail').scrollIntoView({ block: 'nearest', behavior: 'smooth' });
+  openCall(state.selected?.trace === trace ? null : trace);
+  if (state.selected) $('#trace-detail').scrollIntoView({ block: 'nearest' });
+}
+
+/** Closes the open call and gives the focus back to its row (or the waterfall). */
+function closeCall() {
+  const trace = state.selected?.trace;
+  openCall(null);
+  const chart = $('#waterfall-chart');
+  const row = [...chart.querySelectorAll('g.wf-call')].find((g) => g.dataset.trace === trace) ?? chart.querySelector('g.wf-call[tabindex="0"]');
+  row?.focus({ preventScroll: true });
 }
 
 function renderKpis(events) {
@@ -289,7 +494,11 @@ function renderKpis(events) {
   const ok = sum((p) => Object.values(p.sources ?? {}).reduce((a, b) => a + b, 0));
   const durations = fetchDurations(events).map((s) => s.duration).sort((a, b) => a - b);
   const summary = state.runDetail?.run ?? null;
-  const errors = summary && Number.isFinite(summary.errors) ? summary.errors : sum((p) => p.errors);
+  // One meaning in every view: failed fetches plus placements a preload failed, as the run summaries
+  // count them (all runs: the sum over the runs; the placements alone miss the preload failures).
+  const runErrors = state.runs.filter((r) => r.kind !== 'simulation' && Number.isFinite(r.errors));
+  const errors = summary && Number.isFinite(summary.errors) ? summary.errors
+    : state.run === '' && runErrors.length ? runErrors.reduce((s, r) => s + r.errors, 0) : sum((p) => p.errors);
   const timeouts = sum((p) => p.timeouts);
   const lost = sum((p) => p.targetingLost);
   setKpi('fetches', fmt.count(fetches), `${fmt.count(ps.length)} placement${ps.length === 1 ? '' : 's'}`);
@@ -298,7 +507,7 @@ function renderKpis(events) {
   setKpi('p95', fmt.duration(percentile(durations, 95)), durations.length ? `last ${fmt.count(durations.length)} calls` : '', percentile(durations, 95) >= 4 ? 'warn' : '');
   setKpi('timeouts', fmt.count(timeouts), fetches ? `${(timeouts / fetches).toFixed(2)} per fetch` : '', timeouts ? 'warn' : '');
   setKpi('targetingLost', fmt.count(lost), fetches ? `${fmt.percent(lost, fetches)} of fetches` : '', lost ? 'warn' : '');
-  setKpi('errors', fmt.count(errors), summary ? 'fetch + preload' : '', errors ? 'bad' : '');
+  setKpi('errors', fmt.count(errors), summary || (state.run === '' && runErrors.length) ? 'fetch + preload' : '', errors ? 'bad' : '');
   // Events of the last minute; when the page holds less than that minute (a capped page or a full
   // buffer), the rate over the stretch it holds.
   const now = Date.now();
@@ -334,14 +543,23 @@ function tailFilters() {
 }
 
 function renderTailNow() {
-  renderTail($('#tail'), state.buffer.events, tailFilters(), { onSelect: (trace) => selectTrace(trace) });
+  const filters = tailFilters();
+  const source = filters.run === (state.run === '' ? null : state.run) ? state.buffer.events : state.all.events;
+  const focused = document.activeElement?.closest?.('#tail tbody tr')?.dataset.seq;
+  const tbody = $('#tail tbody');
+  renderTail($('#tail'), source, filters, {
+    onSelect: (trace) => selectTrace(trace), onCurrent: (seq) => { state.tailCurrent = seq; },
+    current: focused !== undefined ? Number(focused) : state.tailCurrent,
+  });
+  if (focused !== undefined) tbody.querySelector('tr[tabindex="0"]')?.focus({ preventScroll: true });
 }
 
 function updateFilterOptions() {
   const placements = new Set(state.placements.map((p) => p.placement));
   for (const e of state.buffer.events) if (e.placement) placements.add(e.placement);
-  const sorted = [...placements].sort();
   const select = $('#filter-placement');
+  if (select.value) placements.add(select.value);
+  const sorted = [...placements].sort();
   if (select.options.length - 1 !== sorted.length) setOptions(select, sorted);
 }
 
@@ -352,33 +570,37 @@ function wire() {
   renderWaterfallLegend($('#waterfall-legend'));
   setOptions($('#filter-name'), EVENT_NAMES);
   $('#run-select').addEventListener('change', (event) => selectRun(event.target.value));
-  $('#filter-placement').addEventListener('change', renderTailNow);
-  $('#filter-name').addEventListener('change', renderTailNow);
+  $('#filter-placement').addEventListener('change', () => { recordView(); renderTailNow(); });
+  $('#filter-name').addEventListener('change', () => { recordView(); renderTailNow(); });
   $('#filter-run').addEventListener('change', async () => {
-    const choice = $('#filter-run').value;
-    if (choice !== '@view') {
-      try {
-        const answer = await api.events({ limit: 1000, run: choice || null });
-        state.buffer.add(answer.events ?? []);
-      } catch (error) { note(error); }
-    }
+    recordView();
+    await loadTailRun();
     renderTailNow();
   });
-  $('#tail-pause').addEventListener('click', () => {
+  $('#pause').addEventListener('click', () => {
     state.paused = !state.paused;
-    const button = $('#tail-pause');
+    const button = $('#pause');
     button.setAttribute('aria-pressed', String(state.paused));
     button.textContent = state.paused ? 'Resume' : 'Pause';
-    if (!state.paused) renderTailNow();
+    document.body.classList.toggle('is-paused', state.paused);
+    render({ force: !state.paused });
   });
   $('.tail-wrap').addEventListener('scroll', () => {
-    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden) { $('#tail-held').hidden = true; renderTailNow(); }
+    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();
   });
-  $('#trace-detail-close').addEventListener('click', () => { state.selectedTrace = null; render(); });
-  window.addEventListener('hashchange', () => {
-    const run = runFromHash();
-    if (run !== null && run !== state.run) selectRun(run);
+  // The panel under the pointer holds still, so the row the user is about to click stays where it is.
+  for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['tail', '.tail-wrap']]) {
+    $(selector).addEventListener('pointerenter', () => { state.pointerOn.add(key); });
+    $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
+  }
+  $('#trace-detail-close').addEventListener('click', closeCall);
+  // The skip link moves the focus without touching the URL's hash (which holds the view).
+  $('.skip-link').addEventListener('click', (event) => { event.preventDefault(); $('#main').focus(); });
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && state.selected) { event.preventDefault(); closeCall(); }
   });
+  window.addEventListener('popstate', () => { applyURL().catch(note); });
+  setInterval(updateOffline, 1000);
   let width = 0;
   new ResizeObserver(() => {
     const w = $('#waterfall-chart').clientWidth;
@@ -390,16 +612,31 @@ function wire() {
   setInterval(loadSinks, 5000);
 }
 
+/** The tail's own run (not the selected one): its newest events from the server. */
+async function loadTailRun() {
+  const choice = $('#filter-run').value;
+  if (choice === '@view') return;
+  try {
+    const answer = await api.events({ limit: PAGE, run: choice || null });
+    state.all.add(Array.isArray(answer.events) ? answer.events : []);
+  } catch (error) { note(error); }
+}
+
 async function start() {
   wire();
   setConn('connecting');
   await loadRuns();
-  const fromHash = runFromHash();
-  if (fromHash !== null) state.run = fromHash;
+  const view = viewFromURL();
+  if (view.run !== null) state.run = view.run;
   else if (!state.runs.some((r) => r.id === 'live') && state.runs.length) state.run = state.runs[0].id;
   renderRunSelect();
-  await Promise.all([loadEvents(), loadAggregates(), loadSinks()]);
-  render();
+  ensureOption($('#filter-placement'), view.placement);
+  ensureOption($('#filter-name'), view.event);
+  if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
+  await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun()]);
+  if (view.call) openCall(view.call, { record: false });
+  recordView({ push: false });
+  render({ force: true });
   document.body.dataset.ready = 'true';
   if (streamDisabled()) setConn('off');
   else stream.start();

@@ -28,7 +28,8 @@ public enum DashboardAPI {
     }
 
     /// The router for the dashboard stack. `hub` is fed from the store's subscription
-    /// (see ``connectStream(store:hub:)``); `web` serves the static dashboard; `sinks` answers
+    /// (see ``connectStream(store:hub:)``), and its epoch goes with every `GET /api/events` answer
+    /// (`{"events": [...], "latestSeq": N, "epoch": "..."}`); `web` serves the static dashboard; `sinks` answers
     /// `GET /api/sinks` and makes `/healthz` say `degraded` while a sink is down.
     public static func router(pipeline: EventPipeline, metrics: any MetricsExposing, store: any EventStore,
                               sinks: SinkStatus, hub: SSEHub, web: StaticFiles?, simulations: SimulationRuns = .none,
@@ -53,7 +54,11 @@ public enum DashboardAPI {
             }
             let events = store.events(since: since, limit: limit, run: nonEmpty(request.query("run")),
                                       placement: nonEmpty(request.query("placement")), name: nonEmpty(request.query("name")))
-            return .jsonText(Envelope.pageJSON(events, latestSeq: store.latestSeq))
+            // The hub's epoch with the page, so a client sees when seq numbering started again.
+            var page = Envelope.pageJSON(events, latestSeq: store.latestSeq)
+            page.removeLast()
+            page += ",\"epoch\":\"\(hub.epoch)\"}"
+            return .jsonText(page)
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in

@@ -10,6 +10,9 @@ import Synchronization
 /// messages are sent (so a client far behind catches up instead of being dropped in a loop). Every `heartbeatInterval` each client gets a `: ping` comment, which keeps
 /// proxies and the server's idle timeout from closing quiet streams. A client whose unsent bytes
 /// exceed `maxBufferedBytes` is disconnected (it can reconnect and resume) instead of growing memory.
+/// Every connection starts with `event: hello` and `data: {"epoch":"<hub epoch>"}`: the epoch is new
+/// for every hub (every server start), so a client that resumes with an id of an earlier server start
+/// (whose seq began again at 1) learns that it must load again instead of waiting for ids it has seen.
 ///
 /// ```swift
 /// let hub = SSEHub(replay: { after in memory.events(after: after).map { ($0.seq, $0.jsonLine) } })
@@ -24,6 +27,9 @@ public final class SSEHub: Sendable {
     public let heartbeatInterval: Duration
     /// Most unsent bytes kept per client before it is dropped.
     public let maxBufferedBytes: Int
+    /// This hub's epoch: 16 random hex digits, new for every hub. Sent first on every stream and with
+    /// `GET /api/events` answers; another epoch means the seq numbering started again.
+    public let epoch: String
     private let replay: Replay
 
     private struct State {
@@ -39,6 +45,9 @@ public final class SSEHub: Sendable {
         self.heartbeatInterval = heartbeatInterval
         self.maxBufferedBytes = max(maxBufferedBytes, 1024)
         self.replay = replay
+        let random = UInt64.random(in: 0...UInt64.max)
+        let digits = String(random, radix: 16)
+        epoch = String(repeating: "0", count: 16 - digits.count) + digits
     }
 
     deinit {
@@ -81,7 +90,7 @@ public final class SSEHub: Sendable {
     func subscribe(connection: ConnectionRef, lastEventID: UInt64?, onFinish: @escaping @Sendable (SSEStream) -> Void) -> SSEStream {
         let stream = SSEStream(connection: connection, hub: self, maxBufferedBytes: maxBufferedBytes,
                                replaying: lastEventID != nil, onFinish: onFinish)
-        stream.enqueue(Array("retry: 2000\n: connected\n\n".utf8))
+        stream.enqueue(Array("retry: 2000\n: connected\nevent: hello\ndata: {\"epoch\":\"\(epoch)\"}\n\n".utf8))
         state.withLock { state in
             state.streams[ObjectIdentifier(stream)] = stream
             if state.heartbeat == nil { state.heartbeat = startHeartbeat() }

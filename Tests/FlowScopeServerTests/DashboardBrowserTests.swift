@@ -188,13 +188,14 @@ final class DashboardStack {
 
     var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
 
-    init(extraSinks: [any EventSink] = [], simulations: SimulationRuns = .none) throws {
+    /// A stack on `port` (0: any free port), e.g. the port of a stack stopped before, to restart it.
+    init(extraSinks: [any EventSink] = [], simulations: SimulationRuns = .none, port: Int = 0) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks)
         let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
-        fixture = try ServerFixture { router in
+        fixture = try ServerFixture(port: port) { router in
             router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
                                          web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
         }
@@ -204,7 +205,14 @@ final class DashboardStack {
         unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
     }
 
-    deinit {
+    private var stopped = false
+
+    deinit { stop() }
+
+    /// Stops the stream, the server and the pipeline, as a server process that exits (idempotent).
+    func stop() {
+        guard !stopped else { return }
+        stopped = true
         unfollow()
         hub.closeAll()
         fixture.server.stop()
@@ -443,6 +451,37 @@ final class DevToolsBrowser {
             usleep(100_000)
         }
         return false
+    }
+
+    /// A mouse event at a point of the viewport: `mouseMoved`, `mousePressed` or `mouseReleased`.
+    func mouse(_ type: String, x: Double, y: Double) throws {
+        var params: [String: JSONValue] = ["type": .string(type), "x": .number(x), "y": .number(y)]
+        if type != "mouseMoved" { params["button"] = "left"; params["clickCount"] = 1 }
+        _ = try command("Input.dispatchMouseEvent", params)
+    }
+
+    /// Emulates `prefers-color-scheme` (`light` or `dark`).
+    func emulate(colorScheme: String) throws {
+        _ = try command("Emulation.setEmulatedMedia", ["features": [["name": "prefers-color-scheme", "value": .string(colorScheme)]]])
+    }
+
+    /// A left click at a point, as a user's: press and release.
+    func click(x: Double, y: Double) throws {
+        try mouse("mousePressed", x: x, y: y)
+        try mouse("mouseReleased", x: x, y: y)
+    }
+
+    /// Presses and releases a key without text (`Tab`, `Escape`, `Enter`, `ArrowDown`), as a keyboard does.
+    func press(_ key: String) throws {
+        let codes: [String: Double] = ["Tab": 9, "Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38, "Home": 36, "End": 35]
+        var params: [String: JSONValue] = ["type": "rawKeyDown", "key": .string(key), "code": .string(key),
+                                           "windowsVirtualKeyCode": .number(codes[key] ?? 0)]
+        if key == "Enter" { params["text"] = "\r" }
+        if key == "Enter" { params["type"] = "keyDown" }
+        _ = try command("Input.dispatchKeyEvent", params)
+        params["type"] = "keyUp"
+        params["text"] = nil
+        _ = try command("Input.dispatchKeyEvent", params)
     }
 
     func close() {

@@ -1,5 +1,9 @@
 import TestSupport
+import FlowEvents
+import FlowJSON
 import Foundation
+import MemorySink
+import MetricsSink
 import Synchronization
 import Testing
 @testable import FlowScopeServer
@@ -45,6 +49,34 @@ struct SSETests {
             #expect(text.hasPrefix("retry: 2000\n"))
         }
         #expect(fixture.server.eventStreamClients == 20)
+    }
+
+    @Test("every stream starts with a hello carrying the hub's epoch, new for every hub, even when resuming")
+    func helloEpoch() throws {
+        let hub = SSEHub(heartbeatInterval: .seconds(60))
+        #expect(hub.epoch.count == 16 && hub.epoch.allSatisfy(\.isHexDigit))
+        #expect(SSEHub().epoch != hub.epoch, "a restarted server (a new hub) has another epoch")
+        let fixture = try ServerFixture { router in router.get("/api/events/stream") { _ in .eventStream(hub) } }
+        for lastEventID: UInt64? in [nil, 40] {
+            let (c, _) = try subscribe(fixture, lastEventID: lastEventID)
+            let (text, _) = c.readStream { $0.contains("\n\n") && $0.contains("epoch") }
+            #expect(text.contains("event: hello\ndata: {\"epoch\":\"\(hub.epoch)\"}\n\n"), "\(text)")
+        }
+    }
+
+    @Test("GET /api/events answers with the hub's epoch next to latestSeq")
+    func eventsPageEpoch() throws {
+        let metrics = try MetricsSink(version: "test")
+        let memory = MemorySink()
+        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory])
+        defer { pipeline.shutdown() }
+        let hub = SSEHub()
+        let router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub, web: nil,
+                                         ingestLimiter: RateLimiter(ratePerSecond: 10, burst: 10))
+        let response = router.respond(to: Request(method: "GET", path: "/api/events"), token: nil, policy: .loopbackReadsOpen)
+        let page = try JSON5.parse(String(decoding: response.bodyBytes, as: UTF8.self))
+        #expect(page["epoch"]?.stringValue == hub.epoch)
+        #expect(page["events"]?.arrayValue?.isEmpty == true && page["latestSeq"] == .null)
     }
 
     @Test("a client resuming with Last-Event-ID gets the missed messages once, then live ones")

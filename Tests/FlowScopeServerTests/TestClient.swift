@@ -22,14 +22,14 @@ final class ServerFixture {
     let server: HTTPSServer
     var port: Int { server.port }
 
-    init(bind: String = "127.0.0.1", limits: ServerLimits = ServerLimits(connectionTimeoutSeconds: 10),
+    init(bind: String = "127.0.0.1", port: Int = 0, limits: ServerLimits = ServerLimits(connectionTimeoutSeconds: 10),
          insecure: Bool = false, router configure: (inout Router) -> Void = { _ in }) throws {
         dir = makeTemporaryDirectory()
         tls = try TLSMaterial.loadOrCreate(stateDir: dir)
         token = try AuthToken.loadOrCreate(stateDir: dir)
         var router = Router()
         configure(&router)
-        let config = ServerConfig(bind: bind, port: 0, tls: tls, insecureHTTP: insecure, token: token, limits: limits)
+        let config = ServerConfig(bind: bind, port: port, tls: tls, insecureHTTP: insecure, token: token, limits: limits)
         server = try HTTPSServer(config: config, router: router)
         try server.start()
     }

@@ -54,11 +54,13 @@ export function run(id) {
 /**
  * The SSE stream `/api/events/stream` over EventSource. EventSource reconnects by itself (sending
  * Last-Event-ID, so the server replays what was missed); if the browser gives up (the stream answered
- * with an error status), this reconnects with backoff. `onState` gets 'connecting', 'open' or 'closed'.
+ * with an error status), this reconnects with backoff. `onState` gets 'connecting', 'open' or 'closed';
+ * `onHello` gets the server's `hello` message (its epoch) on every connection.
  */
 export class LiveStream {
-  constructor({ onEvents, onState, onOpen }) {
+  constructor({ onEvents, onState, onOpen, onHello }) {
     this.onEvents = onEvents;
+    this.onHello = onHello;
     this.onState = onState;
     this.onOpen = onOpen;
     this.source = null;
@@ -84,6 +86,10 @@ export class LiveStream {
       this.onState('open');
       this.onOpen?.();
     };
+    // The server's first message on every connection: {"epoch": "..."}, which changes when it restarts.
+    source.addEventListener('hello', (message) => {
+      try { this.onHello?.(JSON.parse(message.data)); } catch { /* not JSON: ignore */ }
+    });
     source.onmessage = (message) => {
       let envelope;
       try {

@@ -14,12 +14,23 @@ export const EVENT_NAMES = [
   'asset.bundled', 'attribution.applied', 'attribution.timeout', 'param.clamped', 'profile.changed', 'sink.dropped',
 ];
 
-/** Whether an envelope passes the filters ({run: string|null, placement, name}). */
+/**
+ * Whether an envelope passes the filters ({run: string|null, placement, name}). A preload event (no
+ * placement of its own) matches the placements it names: `placements`, `succeeded`, `failed`.
+ */
 export function matches(e, filters) {
   if (filters.run !== null && e.run !== filters.run) return false;
-  if (filters.placement && e.placement !== filters.placement) return false;
+  if (filters.placement && e.placement !== filters.placement && !namesPlacement(e, filters.placement)) return false;
   if (filters.name && e.name !== filters.name) return false;
   return true;
+}
+
+function namesPlacement(e, placement) {
+  if (e.placement !== null && e.placement !== undefined) return false;
+  const a = e.attrs && typeof e.attrs === 'object' ? e.attrs : {};
+  return (Array.isArray(a.placements) && a.placements.includes(placement))
+    || (Array.isArray(a.succeeded) && a.succeeded.includes(placement))
+    || (a.failed !== null && typeof a.failed === 'object' && !Array.isArray(a.failed) && Object.hasOwn(a.failed, placement));
 }
 
 /** Replaces a select's options after its fixed first ones, keeping the selection when still offered. */
@@ -30,8 +41,12 @@ export function setOptions(select, values, keepFirst = 1) {
   if ([...select.options].some((o) => o.value === current)) select.value = current;
 }
 
-/** Renders the newest matching events of `events` (oldest first) into the tail table. */
-export function renderTail(section, events, filters, { onSelect } = {}) {
+/**
+ * Renders the newest matching events of `events` (oldest first) into the tail table. Rows of a call
+ * open it (`onSelect(trace)`); they share one tab stop (`current` seq, else the first row), arrow keys
+ * move between them and `onCurrent(seq)` hears where the focus went.
+ */
+export function renderTail(section, events, filters, { onSelect, onCurrent, current } = {}) {
   const tbody = section.querySelector('tbody');
   const empty = section.querySelector('.panel-empty');
   clear(tbody);
@@ -51,12 +66,27 @@ export function renderTail(section, events, filters, { onSelect } = {}) {
     const attrs = fmt.attrs(e.attrs);
     tr.appendChild(el('td', 'mono attrs', attrs, { title: attrs }));
     if (onSelect && e.trace) {
-      tr.tabIndex = 0;
+      tr.tabIndex = -1;
       tr.addEventListener('click', () => onSelect(e.trace, e.run));
-      tr.addEventListener('keydown', (event) => { if (event.key === 'Enter') onSelect(e.trace, e.run); });
+      tr.addEventListener('focus', () => {
+        for (const other of tbody.querySelectorAll('tr[tabindex="0"]')) if (other !== tr) other.tabIndex = -1;
+        tr.tabIndex = 0;
+        onCurrent?.(e.seq);
+      });
+      tr.addEventListener('keydown', (event) => {
+        if (event.key === 'Enter') { onSelect(e.trace, e.run); return; }
+        const rows = [...tbody.querySelectorAll('tr[tabindex]')];
+        const i = rows.indexOf(tr);
+        const to = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: rows.length - 1 }[event.key];
+        if (to === undefined) return;
+        event.preventDefault();
+        rows[Math.max(0, Math.min(rows.length - 1, to))].focus();
+      });
     }
     tbody.appendChild(tr);
   }
+  const stop = tbody.querySelector(`tr[tabindex][data-seq="${Number(current)}"]`) ?? tbody.querySelector('tr[tabindex]');
+  if (stop) stop.tabIndex = 0;
   empty.hidden = shown > 0;
   return shown;
 }

@@ -51,9 +51,12 @@ function callEnd(c) {
 
 /**
  * Draws `calls` (from groupCalls, newest first) into `container`. `onSelect(trace)` is called when a
- * call is clicked or activated with the keyboard; `selected` is the trace to highlight.
+ * call is clicked or activated with the keyboard; `selected` is the trace to highlight. With `onSelect`
+ * the chart is a listbox of calls with one tab stop (`current`, else the first call); arrow keys, Home
+ * and End move between calls and `onCurrent(trace)` hears where the focus went. `fit` draws a single
+ * call on its own scale, budgets included, as a picture (no tab stops).
  */
-export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
+export function renderWaterfall(container, calls, { onSelect, onCurrent, selected, current, fit = false } = {}) {
   clear(container);
   if (!calls.length) return null;
   const available = container.clientWidth || 900;
@@ -68,18 +71,23 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
     maxSpan = Math.max(maxSpan, callEnd(c) - c.startT);
     for (const r of c.requests) {
       maxSpan = Math.max(maxSpan, (r.endT ?? r.openUntil ?? r.startT) - c.startT);
+      if (fit && Number.isFinite(r.timeout) && r.timeout > 0) maxSpan = Math.max(maxSpan, r.startT - c.startT + r.timeout);
     }
+    if (fit) for (const m of [...c.timeouts, ...c.fallbacks]) maxSpan = Math.max(maxSpan, m.t - c.startT);
   }
   const axisTicks = ticks(Math.max(maxSpan, 0.05), Math.max(3, Math.floor(trackW / 110)));
   const axisMax = axisTicks[axisTicks.length - 1];
   const x = (dt) => trackX + (Math.max(0, dt) / axisMax) * trackW;
+  const interactive = Boolean(onSelect);
+  const tabStop = interactive ? (calls.some((c) => c.trace === current) ? current : calls[0].trace) : null;
 
   let height = AXIS_H + 4;
   for (const c of calls) height += CALL_H + c.requests.length * REQ_H + GAP;
 
   const root = svg('svg', {
-    class: 'chart waterfall', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
-    'aria-label': `Waterfall of the ${calls.length} most recent calls, time from each call's start, up to ${fmt.duration(axisMax)}`,
+    class: `chart waterfall${fit ? ' fit' : ''}`, width, height, viewBox: `0 0 ${width} ${height}`, role: interactive ? 'listbox' : 'img',
+    'aria-label': fit ? `The call on its own time scale, up to ${fmt.duration(axisMax)}`
+      : `Waterfall of the ${calls.length} most recent calls, time from each call's start, up to ${fmt.duration(axisMax)}; arrow keys move, Enter opens a call`,
   });
 
   // Axis and grid.
@@ -99,14 +107,15 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
     const groupH = CALL_H + c.requests.length * REQ_H;
     const g = svg('g', {
       class: `wf-call${c.trace === selected ? ' selected' : ''}`, 'data-trace': c.trace, 'data-placement': c.placement ?? '',
-      tabindex: 0, role: 'button',
+      tabindex: interactive ? (c.trace === tabStop ? 0 : -1) : null, role: interactive ? 'option' : null,
+      'aria-selected': interactive ? String(c.trace === selected) : null,
     });
     const end = callEnd(c);
     const finished = c.endT !== null && c.endT !== undefined;
     const state = c.errorCode !== null && c.errorCode !== undefined ? `error ${fmt.errorCode(c.errorCode)}`
       : c.failed && Object.keys(c.failed).length ? `${Object.keys(c.failed).length} failed`
         : finished ? (c.source ?? 'done') : 'in progress';
-    const summary = `${c.call ?? 'call'} ${c.placement ?? (c.placements ? c.placements.join(', ') : '')}: ${state}, ${fmt.duration(end - c.startT)}${c.targetingLost ? ', targeting lost' : ''}, ${c.requests.length} request(s), ${c.timeouts.length} timeout(s), ${c.fallbacks.length} fallback(s). Started ${fmt.clock(c.startTs)}; run ${c.run}`;
+    const summary = `${c.call ?? 'call'} ${c.placement ?? (c.placements ? c.placements.join(', ') : '')}: ${state}, ${fmt.duration(end - c.startT)}${c.targetingLost ? ', targeting lost' : ''}${audienceLabel(c) ? `, ${audienceLabel(c)}` : ''}, ${c.requests.length} request(s), ${c.timeouts.length} timeout(s), ${c.fallbacks.length} fallback(s). Started ${fmt.clock(c.startTs)}; run ${c.run}`;
     g.setAttribute('aria-label', summary);
     tooltip(g, summary);
 
@@ -120,7 +129,8 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
     g.appendChild(svg('text', { x: 24, y: y + CALL_H / 2 + 3, class: 'wf-name' }, truncate(name, 22)));
     const kindX = 24 + Math.min(name.length, 22) * 7.6 + 8;
     const kindChars = Math.max(4, Math.floor((LABEL_W - 72 - kindX) / 6.4));
-    g.appendChild(svg('text', { x: kindX, y: y + CALL_H / 2 + 3, class: 'wf-call-kind' }, truncate(c.call ?? '', kindChars)));
+    const kind = [c.call ?? '', audienceLabel(c)].filter(Boolean).join(' · ');
+    g.appendChild(svg('text', { x: kindX, y: y + CALL_H / 2 + 3, class: 'wf-call-kind' }, truncate(kind, kindChars)));
     g.appendChild(svg('text', { x: LABEL_W - 10, y: y + CALL_H / 2 + 3, class: 'wf-dur', 'text-anchor': 'end' }, finished ? fmt.duration(end - c.startT) : '…'));
 
     // Call bar.
@@ -150,7 +160,9 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
       const rx = x(r.startT - c.startT);
       if (Number.isFinite(r.timeout) && r.timeout > 0) {
         const budgetEnd = Math.min(x(r.startT - c.startT + r.timeout), trackX + trackW);
-        g.appendChild(svg('rect', { x: rx, y: ry + 4, width: Math.max(budgetEnd - rx, 1), height: REQ_H - 8, rx: 1.5, class: 'wf-budget' }));
+        const budget = svg('rect', { x: rx, y: ry + 4, width: Math.max(budgetEnd - rx, 1), height: REQ_H - 8, rx: 1.5, class: 'wf-budget' });
+        tooltip(budget, `budget ${fmt.duration(r.timeout)}`);
+        g.appendChild(budget);
       }
       const rw = Math.max(x(r.startT - c.startT + rdur) - rx, 2);
       const rect = svg('rect', { x: rx, y: ry + 4, width: rw, height: REQ_H - 8, rx: 1.5, class: `wf-bar req ${outcomeClass(r.outcome, ended)}` });
@@ -178,10 +190,22 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
       g.appendChild(m);
     }
 
-    if (onSelect) {
-      g.addEventListener('click', () => onSelect(c.trace));
+    if (interactive) {
+      // The trace comes from the node the user is on, never from a position.
+      g.addEventListener('click', () => onSelect(g.dataset.trace));
+      g.addEventListener('focus', () => {
+        for (const other of root.querySelectorAll('g.wf-call[tabindex="0"]')) if (other !== g) other.setAttribute('tabindex', '-1');
+        g.setAttribute('tabindex', '0');
+        onCurrent?.(g.dataset.trace);
+      });
       g.addEventListener('keydown', (event) => {
-        if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); onSelect(c.trace); }
+        if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); onSelect(g.dataset.trace); return; }
+        const rows = [...root.querySelectorAll('g.wf-call')];
+        const i = rows.indexOf(g);
+        const to = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: rows.length - 1 }[event.key];
+        if (to === undefined) return;
+        event.preventDefault();
+        rows[Math.max(0, Math.min(rows.length - 1, to))].focus();
       });
     }
     root.appendChild(g);
@@ -192,13 +216,25 @@ export function renderWaterfall(container, calls, { onSelect, selected } = {}) {
   return root;
 }
 
-/** Fills the call detail panel with the events of one call. */
+/** "audience / variation" of a finished getFlow call, or ''. */
+function audienceLabel(c) {
+  return [c.audience, c.variation].filter((v) => typeof v === 'string' && v).join(' / ');
+}
+
+/**
+ * Fills the call detail panel with one call: its stages, requests with their budgets, timeouts and
+ * fallbacks on the call's own time scale, then every event of the call.
+ */
 export function renderTraceDetail(panel, call) {
   const tbody = panel.querySelector('tbody');
   clear(tbody);
-  if (!call) { panel.hidden = true; return; }
+  const chart = panel.querySelector('.trace-detail-chart');
+  if (!call) { panel.hidden = true; delete panel.dataset.trace; if (chart) clear(chart); return; }
   panel.hidden = false;
-  panel.querySelector('h3').textContent = `${call.call ?? 'call'} ${call.placement ?? ''} · trace ${call.trace}`;
+  panel.dataset.trace = call.trace;
+  const who = audienceLabel(call);
+  panel.querySelector('h3').textContent = `${call.call ?? 'call'} ${call.placement ?? (call.placements ?? []).join(', ')}${who ? ` · ${who}` : ''} · trace ${call.trace}`;
+  if (chart) renderWaterfall(chart, [call], { fit: true });
   for (const e of call.events) {
     const tr = el('tr', `ev ${eventClass(e.name)}`);
     tr.appendChild(el('td', 'num mono', Number.isFinite(e.t) ? `+${fmt.duration(e.t - call.startT)}` : ''));

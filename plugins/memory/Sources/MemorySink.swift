@@ -6,7 +6,9 @@ import Synchronization
 /// Keeps recent events in memory and per-run, per-placement aggregates: what the dashboard API
 /// (`/api/events`, `/api/events/stream`, `/api/placements`, `/api/runs`) reads.
 ///
-/// The event ring holds the last `capacity` envelopes. Aggregates are kept incrementally as
+/// The event ring holds the last `capacity` envelopes of every run; besides it, each of the `keptRuns`
+/// most recently active runs keeps its own last `runCapacity` envelopes, so a run's events stay
+/// queryable while other runs' newer events fill the shared ring. Aggregates are kept incrementally as
 /// events arrive, so they cover every event since start (not only those still in the ring), and
 /// are bounded: at most `maxRuns` runs (the least recently active non-live run is forgotten
 /// first), `maxPlacements` placements per run (more fold into `_other`), 16 fetch sources per
@@ -26,18 +28,24 @@ public final class MemorySink: EventSink, EventStore {
     public let maxRuns: Int
     /// Placements kept per run; more fold into `_other`.
     public let maxPlacements: Int
+    /// Envelopes each run keeps of its own, besides the shared ring (0: none).
+    public let runCapacity: Int
+    /// Runs that keep envelopes of their own (the most recently active ones).
+    public let keptRuns: Int
 
     private let state: Mutex<MemoryState>
     private let subscribers = Mutex<Subscribers>(Subscribers())
 
     /// Creates a memory sink.
     public init(name: String = "memory", capacity: Int = 10_000, durationSamples: Int = 1024, maxRuns: Int = 256,
-                maxPlacements: Int = 200) {
+                maxPlacements: Int = 200, runCapacity: Int = 2000, keptRuns: Int = 32) {
         self.name = name
         self.capacity = max(1, capacity)
         self.durationSamples = max(1, durationSamples)
         self.maxRuns = max(1, maxRuns)
         self.maxPlacements = max(1, maxPlacements)
+        self.runCapacity = max(0, runCapacity)
+        self.keptRuns = max(1, keptRuns)
         self.state = Mutex(MemoryState())
     }
 
@@ -49,7 +57,8 @@ public final class MemorySink: EventSink, EventStore {
     /// Stores the batch, updates the aggregates, then calls every subscriber with the batch.
     public func consume(_ batch: [Envelope]) {
         guard !batch.isEmpty else { return }
-        let limits = Limits(capacity: capacity, durationSamples: durationSamples, maxRuns: maxRuns, maxPlacements: maxPlacements)
+        let limits = Limits(capacity: capacity, durationSamples: durationSamples, maxRuns: maxRuns, maxPlacements: maxPlacements,
+                            runCapacity: runCapacity, keptRuns: keptRuns)
         state.withLock { state in state.add(batch, limits: limits) }
         let handlers = subscribers.withLock { Array($0.handlers.values) }
         for handler in handlers { handler(batch) }
@@ -57,7 +66,8 @@ public final class MemorySink: EventSink, EventStore {
 
     // MARK: Queries
 
-    /// Events of the ring, newest last, filtered by run, placement and event name.
+    /// Events of the ring, newest last, filtered by run, placement and event name. With `run`, also the
+    /// run's own envelopes that the shared ring no longer holds.
     ///
     /// With `since`, the OLDEST `limit` matching events whose seq is greater than `since` (so a
     /// client can page forward or resume a stream); without it, the NEWEST `limit` matching events.
@@ -71,7 +81,18 @@ public final class MemorySink: EventSink, EventStore {
         }
         return state.withLock { state in
             var out: [Envelope] = []
+            // The run's own envelopes older than the shared ring's oldest: the shared ring has the rest.
+            let oldestShared = state.ring.first?.seq ?? .max
+            let own = run.flatMap { state.runRings[$0] }
             if let since {
+                var more = true
+                own?.ring.forEach { e in
+                    guard e.seq < oldestShared else { return false }
+                    if e.seq > since, matches(e) { out.append(e) }
+                    more = out.count < limit
+                    return more
+                }
+                guard more else { return out }
                 state.ring.forEach { e in
                     guard e.seq > since, out.count < limit, matches(e) else { return out.count < limit }
                     out.append(e)
@@ -82,6 +103,12 @@ public final class MemorySink: EventSink, EventStore {
             state.ring.forEachReversed { e in
                 if matches(e) { out.append(e) }
                 return out.count < limit
+            }
+            if out.count < limit {
+                own?.ring.forEachReversed { e in
+                    if e.seq < oldestShared, matches(e) { out.append(e) }
+                    return out.count < limit
+                }
             }
             return out.reversed()
         }
@@ -292,6 +319,14 @@ private struct Limits {
     var durationSamples: Int
     var maxRuns: Int
     var maxPlacements: Int
+    var runCapacity: Int
+    var keptRuns: Int
+}
+
+/// A run's own envelopes and when it was last active (the seq of its newest envelope).
+private struct RunRing {
+    var ring = Ring()
+    var lastSeq: UInt64 = 0
 }
 
 private struct Subscribers {
@@ -302,6 +337,7 @@ private struct Subscribers {
 private struct MemoryState: ~Copyable {
     var ring = Ring()
     var runs: [String: RunAggregate] = [:]
+    var runRings: [String: RunRing] = [:]
 
     /// Stores a batch: each envelope into the ring, and into its run's aggregate, looked up once
     /// per stretch of consecutive events of the same run (not once per event).
@@ -319,6 +355,14 @@ private struct MemoryState: ~Copyable {
             }
             runs[run]!.add(batch[i..<end], limits: limits)
             for k in i..<end { ring.append(batch[k], capacity: limits.capacity) }
+            if limits.runCapacity > 0 {
+                if runRings[run] == nil, runRings.count >= limits.keptRuns,
+                   let quietest = runRings.min(by: { $0.value.lastSeq < $1.value.lastSeq })?.key {
+                    runRings.removeValue(forKey: quietest)
+                }
+                for k in i..<end { runRings[run, default: RunRing()].ring.append(batch[k], capacity: limits.runCapacity) }
+                runRings[run]!.lastSeq = batch[end - 1].seq
+            }
             i = end
         }
     }
@@ -330,6 +374,7 @@ private struct Ring {
     private var head = 0
 
     var count: Int { storage.count }
+    var first: Envelope? { storage.isEmpty ? nil : storage[head] }
     var last: Envelope? { storage.isEmpty ? nil : storage[(head + storage.count - 1) % storage.count] }
 
     mutating func append(_ e: Envelope, capacity: Int) {
@@ -480,7 +525,8 @@ private struct PlacementAggregate {
 
 extension MemorySink {
     /// The `memory` sink type. Options: `capacity` (events kept, default 10000), `durationSamples`
-    /// (default 1024), `maxRuns` (default 256), `maxPlacements` (default 200).
+    /// (default 1024), `maxRuns` (default 256), `maxPlacements` (default 200), `runCapacity` (events each
+    /// run keeps of its own, default 2000) and `keptRuns` (runs that keep them, default 32).
     public struct Factory: SinkFactory {
         /// The options of a `memory` entry.
         public struct Options: Sendable, Equatable {
@@ -488,6 +534,8 @@ extension MemorySink {
             public var durationSamples = 1024
             public var maxRuns = 256
             public var maxPlacements = 200
+            public var runCapacity = 2000
+            public var keptRuns = 32
         }
 
         /// `memory`.
@@ -496,21 +544,24 @@ extension MemorySink {
         /// The factory.
         public init() {}
 
-        /// Reads `capacity`, `durationSamples`, `maxRuns` and `maxPlacements`.
+        /// Reads `capacity`, `durationSamples`, `maxRuns`, `maxPlacements`, `runCapacity` and `keptRuns`.
         public func options(from context: SinkContext) throws(JSONInputError) -> Options {
-            try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements"])
+            try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements", "runCapacity", "keptRuns"])
             var o = Options()
             o.capacity = try context.int("capacity", in: 1...10_000_000) ?? o.capacity
             o.durationSamples = try context.int("durationSamples", in: 1...1_000_000) ?? o.durationSamples
             o.maxRuns = try context.int("maxRuns", in: 1...100_000) ?? o.maxRuns
             o.maxPlacements = try context.int("maxPlacements", in: 1...100_000) ?? o.maxPlacements
+            o.runCapacity = try context.int("runCapacity", in: 0...10_000_000) ?? o.runCapacity
+            o.keptRuns = try context.int("keptRuns", in: 1...100_000) ?? o.keptRuns
             return o
         }
 
         /// A memory sink named after its entry.
         public func makeSink(_ options: Options, context: SinkContext) -> any EventSink {
             MemorySink(name: context.name, capacity: options.capacity, durationSamples: options.durationSamples,
-                       maxRuns: options.maxRuns, maxPlacements: options.maxPlacements)
+                       maxRuns: options.maxRuns, maxPlacements: options.maxPlacements, runCapacity: options.runCapacity,
+                       keptRuns: options.keptRuns)
         }
     }
 }

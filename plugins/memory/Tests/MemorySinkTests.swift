@@ -38,6 +38,33 @@ struct MemorySinkTests {
         #expect(sink.latestSeq == 8)
     }
 
+    @Test("a run keeps its own last events after other runs' newer events filled the shared ring; pages stay in seq order")
+    func runKeepsItsEvents() {
+        let sink = MemorySink(capacity: 5, runCapacity: 3, keptRuns: 2)
+        sink.consume((1...4).map { envelope($0, .fetchStart, run: "test:a") })
+        sink.consume((5...12).map { envelope($0, .cacheHit, run: "live") })
+        #expect(sink.events(limit: 100).map(\.seq) == [8, 9, 10, 11, 12], "the shared ring holds only the newest 5")
+        #expect(sink.events(limit: 100, run: "test:a").map(\.seq) == [2, 3, 4], "the run's own last 3")
+        #expect(sink.events(limit: 2, run: "test:a").map(\.seq) == [3, 4])
+        #expect(sink.events(since: 2, limit: 100, run: "test:a").map(\.seq) == [3, 4])
+        #expect(sink.events(since: 0, limit: 1, run: "test:a").map(\.seq) == [2])
+        // Its own ring and the shared ring together, without duplicates.
+        #expect(sink.events(limit: 100, run: "live").map(\.seq) == [8, 9, 10, 11, 12])
+        sink.consume([envelope(13, .fetchStart, run: "test:a")])
+        #expect(sink.events(limit: 100, run: "test:a").map(\.seq) == [3, 4, 13])
+        #expect(sink.events(since: 3, limit: 100, run: "test:a").map(\.seq) == [4, 13])
+        // keptRuns 2: a third run forgets the quietest run's own events (live was last active at 12, test:a at 13).
+        sink.consume((14...15).map { envelope($0, .fetchStart, run: "test:b") })
+        #expect(sink.events(limit: 100, run: "live").map(\.seq) == [11, 12], "only what the shared ring holds")
+        #expect(sink.events(limit: 100, run: "test:a").map(\.seq) == [3, 4, 13])
+        #expect(sink.events(limit: 100, run: "test:b").map(\.seq) == [14, 15])
+        // runCapacity 0: only the shared ring.
+        let plain = MemorySink(capacity: 5, runCapacity: 0)
+        plain.consume((1...4).map { envelope($0, .fetchStart, run: "test:a") })
+        plain.consume((5...12).map { envelope($0, .cacheHit, run: "live") })
+        #expect(plain.events(limit: 100, run: "test:a").isEmpty)
+    }
+
     @Test("placement aggregates: counts by source, errors, timeouts, targeting lost and nearest-rank p50/p95")
     func placementAggregates() {
         let sink = MemorySink()
@@ -190,6 +217,8 @@ struct MemorySinkTests {
         try registry.register(MemorySink.Factory())
         let sink = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 7], path: "$.sinks[0]"))
         #expect((sink as? MemorySink)?.capacity == 7)
+        let kept = try registry.make(type: "memory", context: SinkContext(options: ["runCapacity": 0, "keptRuns": 4], path: "$.sinks[0]"))
+        #expect((kept as? MemorySink)?.runCapacity == 0 && (kept as? MemorySink)?.keptRuns == 4)
         #expect(throws: JSONInputError(path: "$.sinks[0].capacity", message: "expected an integer in 1...10000000, got a number 0")) {
             _ = try registry.make(type: "memory", context: SinkContext(options: ["capacity": 0], path: "$.sinks[0]"))
         }
