@@ -186,6 +186,24 @@ struct FlowScopeConfig: Sendable {
     }
 }
 
+extension FlowScopeConfig {
+    /// The config a command starts from: the file at `path` (checked first: not found, a directory,
+    /// not readable, with its resolved path and the `flag` that named it) or, for nil, the built-in
+    /// one. Nil after printing the one line that says what is wrong.
+    static func load(_ path: String?, flag: String?, command: String, io: Output) -> FlowScopeConfig? {
+        if let path, let problem = ServeChecks.fileProblem(path) {
+            io.err("flowscope \(command): \(flag.map { $0 + " " } ?? "")\(absolutePath(path)): \(problem)\n")
+            return nil
+        }
+        do throws(JSONInputError) {
+            return try load(path: path)
+        } catch {
+            io.err("flowscope \(command): \(error.description)\n")
+            return nil
+        }
+    }
+}
+
 /// Every built-in sink type: what `flowscope` registers before a distribution's own.
 public let builtInSinkFactories: [any SinkFactory] = [
     MetricsSink.Factory(), MemorySink.Factory(), SQLiteSink.Factory(), JSONLinesSink.Factory(), OTLPSink.Factory(),
@@ -213,17 +231,7 @@ let checkConfigCommand = Command(spec: CommandSpec(
     """
 )) { args, io in
     let path = args.positionals.first
-    if let path, let problem = ServeChecks.fileProblem(path) {
-        io.err("flowscope check-config: \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
-        return ExitStatus.usage
-    }
-    let config: FlowScopeConfig
-    do throws(JSONInputError) {
-        config = try FlowScopeConfig.load(path: path)
-    } catch {
-        io.err("flowscope check-config: \(error.description)\n")
-        return ExitStatus.usage
-    }
+    guard let config = FlowScopeConfig.load(path, flag: nil, command: "check-config", io: io) else { return ExitStatus.usage }
     do throws(ServeStack.StartError) {
         _ = try ServeChecks(config: config, overrides: ServeStack.Overrides())
     } catch {

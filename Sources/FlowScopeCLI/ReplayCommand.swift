@@ -73,15 +73,7 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
         }
         overrides.port = port
     }
-    if let path = args.value("config"), let problem = ServeChecks.fileProblem(path) {
-        io.err("flowscope replay: --config \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
-        return ExitStatus.usage
-    }
-    var config: FlowScopeConfig
-    do throws(JSONInputError) {
-        config = try FlowScopeConfig.load(path: args.value("config"))
-    } catch {
-        io.err("flowscope replay: \(error.description)\n")
+    guard var config = FlowScopeConfig.load(args.value("config"), flag: "--config", command: "replay", io: io) else {
         return ExitStatus.usage
     }
     // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.

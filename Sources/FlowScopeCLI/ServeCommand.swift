@@ -42,15 +42,7 @@ let serveCommand = Command(spec: CommandSpec(
         }
         overrides.stateDir = d
     }
-    if let path = args.value("config"), let problem = ServeChecks.fileProblem(path) {
-        io.err("flowscope serve: --config \(FlowScopeConfig.absolutePath(path)): \(problem)\n")
-        return ExitStatus.usage
-    }
-    let config: FlowScopeConfig
-    do throws(JSONInputError) {
-        config = try FlowScopeConfig.load(path: args.value("config"))
-    } catch {
-        io.err("flowscope serve: \(error.description)\n")
+    guard let config = FlowScopeConfig.load(args.value("config"), flag: "--config", command: "serve", io: io) else {
         return ExitStatus.usage
     }
     overrides.noDemo = args.flag("no-demo")
