@@ -52,6 +52,9 @@ let fetchCommand = Command(spec: CommandSpec(
             return usage("--cache-dir \(dir): \(error)")
         }
     }
+    if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) {
+        return usage("--ca \(FlowScopeConfig.absolutePath(ca)): \(problem)")
+    }
     let backend: HTTPBackend
     do throws(HTTPBackendError) {
         backend = try HTTPBackend(baseURL: url, caFile: args.value("ca"), assets: assets)
