@@ -53,6 +53,9 @@ let fetchCommand = Command(spec: CommandSpec(
             return usage("--cache-dir \(dir): \(error)")
         }
     }
+    if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) {
+        return usage("--ca \(FlowScopeConfig.absolutePath(ca)): \(problem)")
+    }
     let backend: HTTPBackend
     // --ca: OpenSSL trusts the CA, since URLSession on Linux cannot (the same on every platform).
     if args.value("ca") != nil { TLSTransport.install() }

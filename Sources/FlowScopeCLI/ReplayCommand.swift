@@ -17,7 +17,7 @@ let replayCommand = Command(spec: CommandSpec(
 )) { args, io in
     let path = args.positionals[0]
     guard let data = FileManager.default.contents(atPath: path) else {
-        io.err("flowscope replay: \(path): cannot read the file\n")
+        io.err("flowscope replay: \(FlowScopeConfig.absolutePath(path)): \(ServeChecks.whyUnreadable(path))\n")
         return ExitStatus.usage
     }
     let envelopes: [Envelope]

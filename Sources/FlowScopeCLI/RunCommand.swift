@@ -13,7 +13,7 @@ let runCommand = Command(spec: CommandSpec(
     var scenarios: [Scenario] = []
     for path in args.positionals {
         guard let data = FileManager.default.contents(atPath: path) else {
-            io.err("flowscope run: \(path): cannot read the file\n")
+            io.err("flowscope run: \(FlowScopeConfig.absolutePath(path)): \(ServeChecks.whyUnreadable(path))\n")
             return ExitStatus.usage
         }
         guard let text = String(bytes: data, encoding: .utf8) else {

@@ -34,7 +34,7 @@ let stubBackendCommand = Command(spec: CommandSpec(
     let scenario: Scenario
     if let path = args.value("scenario") {
         guard let data = FileManager.default.contents(atPath: path) else {
-            io.err("flowscope stub-backend: \(path): cannot read the file\n")
+            io.err("flowscope stub-backend: --scenario \(FlowScopeConfig.absolutePath(path)): \(ServeChecks.whyUnreadable(path))\n")
             return ExitStatus.usage
         }
         do throws(JSONInputError) {

@@ -150,7 +150,7 @@ struct CommandLineTests {
 
         let missing = await flowscope("run", dir + "/none.json5")
         #expect(missing.status == 2)
-        #expect(missing.err == "flowscope run: \(dir)/none.json5: cannot read the file\n")
+        #expect(missing.err == "flowscope run: \(dir)/none.json5: not found\n")
     }
 
     @Test("serve prints a usable URL host: localhost for 127.0.0.1, IPv6 addresses in brackets")
