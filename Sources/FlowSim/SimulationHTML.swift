@@ -36,8 +36,8 @@ extension SimulationResult {
         out += sourcesSVG()
         out += "<h2>Targeting correct</h2>\n<p><small>Share of displays showing a variation of the audience the user belonged to at display time, with its 95% Wilson interval.</small></p>\n"
         out += targetingSVG(color)
-        out += "<h2>Population and strategies</h2>\n<pre>" + escape(population.json.jsonText) + "\n"
-        for s in strategies { out += escape(s.strategy.json.jsonText) + "\n" }
+        out += "<h2>Population and strategies</h2>\n<pre>" + escapeHTML(population.json.jsonText) + "\n"
+        for s in strategies { out += escapeHTML(s.strategy.json.jsonText) + "\n" }
         out += "</pre>\n<p><small>Throughput: \(Int(throughput.callsPerSecond.rounded())) engine calls/s on \(throughput.threads) thread(s).</small></p>\n</body></html>\n"
         return out
     }
@@ -64,7 +64,7 @@ extension SimulationResult {
         for c in cols { out += "<th>\(c.title)</th>" }
         out += "</tr></thead><tbody>\n"
         for s in strategies {
-            out += "<tr><td>\(escape(s.strategy.name))</td>"
+            out += "<tr><td>\(escapeHTML(s.strategy.name))</td>"
             for c in cols {
                 let v = c.value(s)
                 let values = strategies.map(c.value)
@@ -101,10 +101,10 @@ extension SimulationResult {
             var d = "M\(f(x(lo))) \(f(y(0)))"
             for p in points { d += " H\(f(x(p.seconds))) V\(f(y(p.share)))" }
             d += " H\(f(w - right))"
-            out += "<path d=\"\(d)\" fill=\"none\" stroke=\"\(color(i))\" stroke-width=\"1.8\"><title>\(escape(s.strategy.name))</title></path>\n"
+            out += "<path d=\"\(d)\" fill=\"none\" stroke=\"\(color(i))\" stroke-width=\"1.8\"><title>\(escapeHTML(s.strategy.name))</title></path>\n"
         }
         out += "</svg>\n<p class=\"legend\">"
-        for (i, s) in strategies.enumerated() { out += "<span><i style=\"background:\(color(i))\"></i>\(escape(s.strategy.name))</span>" }
+        for (i, s) in strategies.enumerated() { out += "<span><i style=\"background:\(color(i))\"></i>\(escapeHTML(s.strategy.name))</span>" }
         return out + "</p>\n"
     }
 
@@ -115,7 +115,7 @@ extension SimulationResult {
         var out = "<svg viewBox=\"0 0 \(Int(w)) \(Int(h))\" role=\"img\" aria-label=\"source shares\">\n"
         for (r, s) in strategies.enumerated() {
             let yy = Double(r) * rowH + 5
-            out += "<text x=\"\(f(labelW - 8))\" y=\"\(f(yy + 15))\" text-anchor=\"end\">\(escape(s.strategy.name))</text>"
+            out += "<text x=\"\(f(labelW - 8))\" y=\"\(f(yy + 15))\" text-anchor=\"end\">\(escapeHTML(s.strategy.name))</text>"
             var xx = labelW
             for (i, share) in s.sourceShares.enumerated() where share > 0 {
                 let width = barW * share
@@ -140,7 +140,7 @@ extension SimulationResult {
         for (r, s) in strategies.enumerated() {
             let yy = Double(r) * rowH + 5
             let ci = s.targetingCorrectInterval
-            out += "<text x=\"\(f(labelW - 8))\" y=\"\(f(yy + 14))\" text-anchor=\"end\">\(escape(s.strategy.name))</text>"
+            out += "<text x=\"\(f(labelW - 8))\" y=\"\(f(yy + 14))\" text-anchor=\"end\">\(escapeHTML(s.strategy.name))</text>"
             out += "<rect x=\"\(f(labelW))\" y=\"\(f(yy))\" width=\"\(f(barW * s.targetingCorrect))\" height=\"\(f(rowH - 8))\" fill=\"\(color(r))\" opacity=\".8\"/>"
             out += "<line x1=\"\(f(labelW + barW * ci.low))\" y1=\"\(f(yy + 8))\" x2=\"\(f(labelW + barW * ci.high))\" y2=\"\(f(yy + 8))\" stroke=\"#111827\" stroke-width=\"2\"/>"
             out += "<text x=\"\(f(labelW + barW + 6))\" y=\"\(f(yy + 13))\">\(String(format: "%.1f%%", s.targetingCorrect * 100))</text>\n"
@@ -150,17 +150,4 @@ extension SimulationResult {
 
     private func f(_ v: Double) -> String { String(format: "%.1f", v) }
 
-    private func escape(_ s: String) -> String {
-        var out = ""
-        for c in s {
-            switch c {
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "&": out += "&amp;"
-            case "\"": out += "&quot;"
-            default: out.append(c)
-            }
-        }
-        return out
-    }
 }
