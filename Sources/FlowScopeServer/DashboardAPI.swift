@@ -24,6 +24,10 @@ public enum DashboardAPI {
         public var maxEventsPerPage = 1000
         /// Most envelopes one ingest request may carry.
         public var maxIngestEvents = 10_000
+        /// Most calls one GET /api/calls answers with.
+        public var maxCallsPerPage = 1000
+        /// Newest events (of the run, when one is asked for) a filtered query reads at most.
+        public var queryWindow = 20_000
         public init() {}
     }
 
@@ -41,24 +45,43 @@ public enum DashboardAPI {
             return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: body)
         }
         router.get("/api/sinks") { _ in .json(sinks.json()) }
+        let query = CallQuery(window: limits.queryWindow)
         router.get("/api/events") { request in
             var since: UInt64?
             if let s = request.query("since"), !s.isEmpty {
                 guard let v = UInt64(s) else { return .error(400, "since: expected a sequence number, got \(JSONValue.string(s).jsonText)") }
                 since = v
             }
-            var limit = 100
-            if let l = request.query("limit"), !l.isEmpty {
-                guard let v = Int(l), v >= 1 else { return .error(400, "limit: expected a whole number >= 1, got \(JSONValue.string(l).jsonText)") }
-                limit = min(v, limits.maxEventsPerPage)
+            let limit: Int
+            switch pageLimit(request, default: 100, max: limits.maxEventsPerPage) {
+            case .success(let v): limit = v
+            case .failure(let error): return .error(400, error.message)
             }
-            let events = store.events(since: since, limit: limit, run: nonEmpty(request.query("run")),
-                                      placement: nonEmpty(request.query("placement")), name: nonEmpty(request.query("name")))
+            let filter: CallFilter
+            do throws(CallQueryError) { filter = try CallFilter.parse({ request.query($0) }, now: WallClock.now()) } catch { return .error(400, error.message) }
+            let name = nonEmpty(request.query("name"))
+            let events = filter.placement == nil && !filter.needsCalls
+                ? store.events(since: since, limit: limit, run: filter.run, placement: nil, name: name)
+                : query.events(in: store, filter: filter, since: since, limit: limit, name: name)
             // The hub's epoch with the page, so a client sees when seq numbering started again.
             var page = Envelope.pageJSON(events, latestSeq: store.latestSeq)
             page.removeLast()
             page += ",\"epoch\":\"\(hub.epoch)\"}"
             return .jsonText(page)
+        }
+        router.get("/api/calls") { request in
+            let limit: Int
+            switch pageLimit(request, default: 50, max: limits.maxCallsPerPage) {
+            case .success(let v): limit = v
+            case .failure(let error): return .error(400, error.message)
+            }
+            let filter: CallFilter
+            do throws(CallQueryError) { filter = try CallFilter.parse({ request.query($0) }, now: WallClock.now()) } catch { return .error(400, error.message) }
+            let result = query.calls(in: store, filter: filter, limit: limit)
+            guard case .object(var body) = result.jsonValue else { return .error(500, "calls query gave no object") }
+            body["latestSeq"] = store.latestSeq.map { .number(Double($0)) } ?? .null
+            body["epoch"] = .string(hub.epoch)
+            return .json(.object(body))
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in
@@ -103,6 +126,13 @@ public enum DashboardAPI {
     }
 
     private static func nonEmpty(_ s: String?) -> String? { s.flatMap { $0.isEmpty ? nil : $0 } }
+
+    /// `limit=`: a whole number >= 1, capped at `max`; `default` when absent.
+    private static func pageLimit(_ request: Request, default value: Int, max: Int) -> Result<Int, CallQueryError> {
+        guard let l = request.query("limit"), !l.isEmpty else { return .success(value) }
+        guard let v = Int(l), v >= 1 else { return .failure(CallQueryError("limit", "a whole number >= 1", l)) }
+        return .success(min(v, max))
+    }
 }
 
 /// Decoding of ingest bodies: a JSON array of envelopes, or JSON Lines (one envelope per line).

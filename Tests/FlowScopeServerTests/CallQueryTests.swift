@@ -1,0 +1,297 @@
+import FlowEvents
+import FlowJSON
+@testable import FlowScopeServer
+import MemorySink
+import Synchronization
+import Testing
+
+/// `GET /api/calls` and the filters of `GET /api/events`: events folded by trace into calls, each
+/// filter, bad parameters, preloads matching the placements they name, and bounded reads.
+@Suite("Call queries")
+struct CallQueryTests {
+    /// Wall clock of the fixture's events: 2026-01-01T00:00:00Z plus the call's `at` seconds.
+    static let base = 1_767_225_600.0
+
+    /// A store with seven calls of run `live` (and one of `test:x`), wall-clock seconds apart:
+    /// - 0 main_paywall getFlow network 0.2 s (iOS US / all-A)
+    /// - 1 main_paywall getFlow defaultAudience 4.7 s, targeting lost, a timeout and a fallback (All Users / all-B)
+    /// - 2 onboarding getFlow cache 0.001 s
+    /// - 3 settings_upsell via a preload, failed 2005, 5 s
+    /// - 4 checkout getFlowOrDefault error 2004, 0.3 s
+    /// - 5 onboarding getFlow network 2 s (iOS DE / all-C)
+    /// - 6 (run test:x) main_paywall getFlow network 0.5 s
+    static func store(window: Int = 20_000) throws -> (MemorySink, [String: String]) {
+        let memory = MemorySink()
+        var b = Builder()
+        var traces: [String: String] = [:]
+        traces["network"] = b.fetch(at: 0, placement: "main_paywall", duration: 0.2, source: "network", audience: "iOS US", variation: "all-A")
+        traces["lost"] = b.fetch(at: 1, placement: "main_paywall", duration: 4.7, source: "defaultAudience", audience: "All Users",
+                                 variation: "all-B", lost: true, timeout: true)
+        traces["cache"] = b.fetch(at: 2, placement: "onboarding", duration: 0.001, source: "cache", audience: "iOS US", variation: "all-A")
+        traces["preload"] = b.preload(at: 3, placement: "settings_upsell", duration: 5, failedCode: 2005)
+        traces["error"] = b.fetch(at: 4, placement: "checkout", call: "getFlowOrDefault", duration: 0.3, errorCode: 2004)
+        traces["slow"] = b.fetch(at: 5, placement: "onboarding", duration: 2, source: "network", audience: "iOS DE", variation: "all-C")
+        traces["other"] = b.fetch(at: 6, placement: "main_paywall", duration: 0.5, source: "network", run: "test:x")
+        memory.consume(try b.envelopes())
+        return (memory, traces)
+    }
+
+    static func router(_ store: any EventStore, window: Int = 20_000) -> Router {
+        let pipeline = EventPipeline(run: "live", sinks: [])
+        pipeline.shutdown() // only ingest would use it
+        var limits = DashboardAPI.Limits()
+        limits.queryWindow = window
+        return DashboardAPI.router(pipeline: pipeline, metrics: NoMetrics(), store: store, sinks: SinkStatus(stats: pipeline.stats), hub: SSEHub(),
+                                   web: nil, ingestLimiter: RateLimiter(ratePerSecond: 10, burst: 10), limits: limits)
+    }
+
+    static func get(_ router: Router, _ path: String, _ query: [(String, String)]) -> (status: Int, body: JSONValue) {
+        let response = router.respond(to: Request(method: "GET", path: path, queryItems: query.map { (name: $0.0, value: $0.1) }),
+                                      token: nil, policy: .loopbackReadsOpen)
+        let text = String(decoding: response.bodyBytes, as: UTF8.self)
+        return (response.status, (try? JSON5.parse(text)) ?? .string(text))
+    }
+
+    /// The traces /api/calls answers for `query` (run live unless the query names one).
+    static func traces(_ router: Router, _ query: [(String, String)]) -> [String] {
+        let q = query.contains { $0.0 == "run" } ? query : [("run", "live")] + query
+        let answer = get(router, "/api/calls", q)
+        #expect(answer.status == 200, "\(q): \(answer.body.jsonText)")
+        return answer.body["calls"]?.arrayValue?.compactMap { $0["trace"]?.stringValue } ?? []
+    }
+
+    @Test("events fold by trace into calls with their placement, source, audience, variation, targeting, error, duration and start")
+    func foldsCalls() throws {
+        let (memory, t) = try Self.store()
+        let calls = CallSummary.fold(memory.events(limit: 1000, run: "live"))
+        #expect(calls.map(\.trace) == [t["slow"], t["error"], t["preload"], t["cache"], t["lost"], t["network"]].compactMap { $0 },
+                "newest first")
+        let lost = try #require(calls.first { $0.trace == t["lost"] })
+        #expect(lost.placement == "main_paywall" && lost.call == "getFlow" && lost.source == "defaultAudience")
+        #expect(lost.audience == "All Users" && lost.variation == "all-B" && lost.targetingLost && lost.duration == 4.7)
+        #expect(lost.timeouts == 1 && lost.fallbacks == 1 && lost.requests == 2 && lost.events == 8 && lost.finished)
+        #expect(lost.start == Self.base + 1)
+        let preload = try #require(calls.first { $0.trace == t["preload"] })
+        #expect(preload.placement == nil && preload.placements == ["settings_upsell"] && preload.call == "preloadFlows")
+        #expect(preload.failed == ["settings_upsell": 2005] && preload.isError && preload.duration == 5)
+        let error = try #require(calls.first { $0.trace == t["error"] })
+        #expect(error.errorCode == 2004 && error.call == "getFlowOrDefault" && error.source == nil)
+    }
+
+    @Test("each filter narrows /api/calls to exactly the calls it names")
+    func eachFilter() throws {
+        let (memory, t) = try Self.store()
+        let r = Self.router(memory)
+        func expect(_ query: [(String, String)], _ keys: [String], sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(Self.traces(r, query) == keys.map { t[$0]! }, "\(query)", sourceLocation: sourceLocation)
+        }
+        expect([], ["slow", "error", "preload", "cache", "lost", "network"])
+        expect([("run", "test:x")], ["other"])
+        expect([("placement", "main_paywall")], ["lost", "network"])
+        expect([("placement", "settings_upsell")], ["preload"]) // the preload names it; its own placement is null
+        expect([("call", "getFlowOrDefault")], ["error"])
+        expect([("call", "preloadFlows")], ["preload"])
+        expect([("source", "cache")], ["cache"])
+        expect([("audience", "iOS US")], ["cache", "network"])
+        expect([("variation", "all-C")], ["slow"])
+        expect([("targetingLost", "true")], ["lost"])
+        expect([("targetingLost", "false")], ["slow", "error", "preload", "cache", "network"])
+        expect([("errorCode", "2004")], ["error"])
+        expect([("errorCode", "2005")], ["preload"])
+        expect([("errorCode", "any")], ["error", "preload"])
+        expect([("errorCode", "none")], ["slow", "cache", "lost", "network"])
+        expect([("minDuration", "0.3")], ["slow", "error", "preload", "lost"])
+        expect([("minDuration", "300ms"), ("maxDuration", "2s")], ["error"]) // at least min, shorter than max
+        expect([("maxDuration", "200ms")], ["cache"])
+        expect([("trace", String(t["lost"]!.prefix(20)))], ["lost"])
+        expect([("trace", t["cache"]!.uppercased())], ["cache"])
+        expect([("q", "ios de")], ["slow"])
+        expect([("q", "defaultAudience")], ["lost"]) // the fallback's `to` and the source
+        expect([("q", "timeout")], ["preload", "lost"]) // event names and attribute values
+        expect([("from", ISO8601.format(Self.base + 3))], ["slow", "error", "preload"])
+        expect([("from", String(Self.base + 1)), ("to", String(Self.base + 2))], ["cache", "lost"])
+        expect([("placement", "onboarding"), ("source", "network")], ["slow"])
+        // Relative to now: the fixture's events are from 2026-01-01, long before the last hour.
+        expect([("from", "-1h")], [])
+        #expect(Self.traces(r, [("from", "-100000d")]).count == 6)
+        expect([("limit", "2")], ["slow", "error"])
+    }
+
+    @Test("the answer counts matched and scanned calls and gives p50, p95, sources, errors, timeouts and targeting lost of the matched calls")
+    func statsAndCounts() throws {
+        let (memory, _) = try Self.store()
+        let answer = Self.get(Self.router(memory), "/api/calls", [("run", "live"), ("limit", "1")])
+        #expect(answer.status == 200)
+        let body = answer.body
+        #expect(body["calls"]?.arrayValue?.count == 1)
+        #expect(body["counts"]?["matched"] == 6 && body["counts"]?["returned"] == 1 && body["counts"]?["scannedCalls"] == 6)
+        #expect(body["counts"]?["windowFull"] == false)
+        let stats = try #require(body["stats"])
+        // Durations 0.001, 0.2, 0.3, 2, 4.7, 5: nearest rank p50 is the 3rd, p95 the 6th.
+        #expect(stats["p50"] == 0.3 && stats["p95"] == 5)
+        #expect(stats["sources"] == ["network": 2, "cache": 1, "defaultAudience": 1])
+        #expect(stats["errors"] == 2 && stats["timeouts"] == 1 && stats["targetingLost"] == 1)
+        #expect(stats["durations"]?.arrayValue?.count == 6)
+        #expect(stats["durations"]?.arrayValue?.contains([5, "error"]) == true)
+        #expect(body["latestSeq"]?.numberValue == Double(memory.latestSeq ?? 0))
+        #expect(body["epoch"]?.stringValue?.isEmpty == false)
+    }
+
+    @Test("a bad value answers 400 with a message naming the parameter, for /api/calls and /api/events alike")
+    func badParameters() throws {
+        let (memory, _) = try Self.store()
+        let r = Self.router(memory)
+        for (name, value) in [("limit", "0"), ("limit", "many"), ("minDuration", "fast"), ("maxDuration", "-1s"), ("minDuration", "3 parsecs"),
+                              ("targetingLost", "maybe"), ("errorCode", "a b"), ("trace", "xyz"), ("trace", String(repeating: "a", count: 33)),
+                              ("from", "yesterday"), ("to", "-5 weeks"), ("from", "2026-13-01T00:00:00Z"),
+                              ("q", String(repeating: "x", count: 201))] {
+            for path in ["/api/calls", "/api/events"] {
+                let answer = Self.get(r, path, [(name, value)])
+                #expect(answer.status == 400, "\(path) \(name)=\(value)")
+                let message = answer.body["error"]?["message"]?.stringValue ?? answer.body.jsonText
+                #expect(message.hasPrefix("\(name): expected"), "\(path) \(name)=\(value): \(message)")
+            }
+        }
+        #expect(Self.get(r, "/api/calls", [("limit", "5000")]).body["calls"]?.arrayValue?.count == 7, "limit over 1000 is capped, not refused")
+    }
+
+    @Test("durations accept seconds, 300ms, 2s and minutes; times accept ISO 8601, epoch seconds and -5m/-1h relative to now")
+    func valueForms() {
+        #expect(CallFilter.parseDuration("0.3") == 0.3)
+        #expect(CallFilter.parseDuration("300ms") == 0.3)
+        #expect(CallFilter.parseDuration("2s") == 2)
+        #expect(CallFilter.parseDuration("1.5m") == 90)
+        #expect(CallFilter.parseDuration("-1") == nil && CallFilter.parseDuration("ms") == nil)
+        #expect(CallFilter.parseTime("-5m", now: 1000) == 700)
+        #expect(CallFilter.parseTime("-1h", now: 10_000) == 6400)
+        #expect(CallFilter.parseTime("1767225600", now: 0) == Self.base)
+        #expect(CallFilter.parseTime("2026-01-01T00:00:00Z", now: 0) == Self.base)
+        #expect(CallFilter.parseTime("2026-01-01T00:00:00.5Z", now: 0) == Self.base + 0.5)
+        #expect(CallFilter.parseTime("-5", now: 0) == nil && CallFilter.parseTime("soon", now: 0) == nil)
+    }
+
+    @Test("/api/events takes the same filters: the placement keeps the preload's events naming it; a call filter keeps its calls' events")
+    func eventsFilters() throws {
+        let (memory, t) = try Self.store()
+        let r = Self.router(memory)
+        func events(_ query: [(String, String)]) -> [JSONValue] {
+            let answer = Self.get(r, "/api/events", query)
+            #expect(answer.status == 200, "\(query): \(answer.body.jsonText)")
+            #expect(answer.body["epoch"]?.stringValue != nil)
+            return answer.body["events"]?.arrayValue ?? []
+        }
+        let upsell = events([("run", "live"), ("placement", "settings_upsell")])
+        #expect(upsell.compactMap { $0["name"]?.stringValue } == ["preload.start", "request.start", "request.end", "preload.end"])
+        let cache = events([("run", "live"), ("source", "cache")])
+        #expect(Set(cache.compactMap { $0["trace"]?.stringValue }) == [t["cache"]!] && cache.count == 4)
+        let slowEnds = events([("minDuration", "1s"), ("name", "fetch.end")])
+        #expect(slowEnds.compactMap { $0["trace"]?.stringValue } == [t["lost"]!, t["slow"]!])
+        #expect(events([("trace", t["error"]!)]).count == 4)
+        #expect(events([("run", "live"), ("placement", "main_paywall"), ("limit", "3")]).count == 3, "the newest 3")
+        // Without filters, the store answers as before.
+        #expect(events([("limit", "1000")]).count == memory.events(limit: 1000).count)
+    }
+
+    @Test("a query reads at most the window of newest events, asks the store for no more, and says when older ones were left out")
+    func boundedReads() throws {
+        let memory = MemorySink(capacity: 100_000)
+        var b = Builder()
+        for i in 0..<300 { _ = b.fetch(at: Double(i), placement: "p\(i % 3)", duration: 0.1, source: "network") }
+        memory.consume(try b.envelopes())
+        let counting = CountingStore(memory)
+        let r = Self.router(counting, window: 400)
+        let answer = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")])
+        #expect(counting.largestLimit == 400)
+        #expect(answer.body["counts"]?["scannedEvents"] == 400)
+        #expect(answer.body["counts"]?["windowFull"] == true)
+        // 400 events: the newest 100 calls whole (4 events each); of them 33 are p0 (i = 201, 204, ... 297).
+        #expect(answer.body["counts"]?["matched"] == 33)
+        _ = Self.get(r, "/api/events", [("placement", "p0")])
+        #expect(counting.largestLimit == 400, "/api/events reads the same window")
+    }
+}
+
+/// Builds envelopes as the engine writes them, numbered from 1.
+struct Builder {
+    private var json: [JSONValue] = []
+    private var next = 0
+
+    private mutating func hex(_ length: Int) -> String {
+        next += 1
+        let digits = String(next, radix: 16)
+        return digits + String(repeating: "b", count: max(0, length - digits.count))
+    }
+
+    private mutating func add(_ run: String, _ trace: String, _ span: String, _ name: String, _ placement: String?, _ at: Double,
+                              _ t: Double, _ attrs: [String: JSONValue]) {
+        json.append(["seq": .number(Double(json.count + 1)), "ts": .number(CallQueryTests.base + at + t / 1000), "t": .number(t),
+                     "run": .string(run), "trace": .string(trace), "span": .string(span), "name": .string(name),
+                     "placement": placement.map(JSONValue.string) ?? .null, "attrs": .object(attrs)])
+    }
+
+    /// One fetch call at `at` seconds past the base; returns its trace.
+    mutating func fetch(at: Double, placement: String, call: String = "getFlow", duration: Double, source: String? = nil,
+                        audience: String = "iOS US", variation: String = "all-A", lost: Bool = false, timeout: Bool = false,
+                        errorCode: Int? = nil, run: String = "live") -> String {
+        let trace = hex(32), root = hex(16), request = hex(16)
+        add(run, trace, root, "fetch.start", placement, at, 0, ["call": .string(call), "policy": "reloadRevalidatingCacheData", "loadTimeout": 5])
+        add(run, trace, request, "request.start", placement, at, 0, ["kind": "targeted", "timeout": 4.5])
+        if timeout {
+            add(run, trace, request, "request.end", placement, at, 4.5, ["kind": "targeted", "outcome": "timeout", "duration": 4.5])
+            add(run, trace, root, "timeout", placement, at, 4.5, ["stage": "targeted", "budget": 4.5, "elapsed": 4.5])
+            add(run, trace, root, "fallback", placement, at, 4.5, ["to": "defaultAudience", "reason": "timeout"])
+            let fallback = hex(16)
+            add(run, trace, fallback, "request.start", placement, at, 4.5, ["kind": "default", "timeout": 0.5])
+            add(run, trace, fallback, "request.end", placement, at, duration, ["kind": "default", "outcome": "ok", "duration": 0.2])
+        } else {
+            add(run, trace, request, "request.end", placement, at, duration, ["kind": "targeted", "outcome": errorCode == nil ? "ok" : "server",
+                                                                               "duration": .number(duration)])
+        }
+        var end: [String: JSONValue] = ["call": .string(call), "duration": .number(duration)]
+        if let errorCode {
+            end["errorCode"] = .number(Double(errorCode))
+        } else {
+            end["source"] = source.map(JSONValue.string) ?? .null
+            end["audience"] = .string(audience)
+            end["variation"] = .string(variation)
+            end["targetingLost"] = .bool(lost)
+        }
+        add(run, trace, root, "fetch.end", placement, at, duration, end)
+        return trace
+    }
+
+    /// A preload of one placement that failed with `failedCode`.
+    mutating func preload(at: Double, placement: String, duration: Double, failedCode: Int) -> String {
+        let trace = hex(32), root = hex(16), batch = hex(16)
+        add("live", trace, root, "preload.start", nil, at, 0, ["call": "preloadFlows", "placements": [.string(placement)], "loadTimeout": 5])
+        add("live", trace, batch, "request.start", placement, at, 0, ["kind": "default", "timeout": 5])
+        add("live", trace, batch, "request.end", placement, at, duration, ["kind": "default", "outcome": "timeout", "duration": .number(duration)])
+        add("live", trace, root, "preload.end", nil, at, duration, ["call": "preloadFlows", "succeeded": [], "failed": [placement: .number(Double(failedCode))],
+                                                                   "duration": .number(duration)])
+        return trace
+    }
+
+    func envelopes() throws -> [Envelope] { try json.map { try Envelope(jsonValue: $0) } }
+}
+
+/// An event store that passes every query to another and remembers the largest `limit` asked for.
+final class CountingStore: EventStore {
+    let store: MemorySink
+    private let largest = Mutex(0)
+    init(_ store: MemorySink) { self.store = store }
+    var largestLimit: Int { largest.withLock { $0 } }
+    func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope] {
+        largest.withLock { $0 = max($0, limit) }
+        return store.events(since: since, limit: limit, run: run, placement: placement, name: name)
+    }
+    var latestSeq: UInt64? { store.latestSeq }
+    func placementsJSON(run: String?) -> JSONValue { store.placementsJSON(run: run) }
+    func runsJSON() -> [JSONValue] { store.runsJSON() }
+    func runJSON(id: String) -> JSONValue? { store.runJSON(id: id) }
+    func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void { store.follow(handler) }
+}
+
+/// Metrics the call routes never read.
+struct NoMetrics: MetricsExposing {
+    func exposition(accept: String?) -> (contentType: String, body: [UInt8]) { ("text/plain", []) }
+}
