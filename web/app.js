@@ -9,6 +9,7 @@ import { renderHistogram, percentile } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
+import * as filters from './js/filters.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -35,6 +36,12 @@ const state = {
   cursor: null, // the server's latest seq when the buffer was filled
   loadToken: 0,
   offlineSince: null,
+  // The filter bar (by URL key). With any filter set, every panel shows the server's answer for it.
+  filters: {},
+  // That answer: {events (of the matching calls), answer (GET /api/calls: stats), key (its query)}.
+  query: null,
+  zoom: null, // [from, to] seconds of the waterfall's axis, or null
+  bin: null, // the histogram bin whose calls are listed: {index, lo, hi, samples}
 };
 const PAGE = 1000;
 const MAX_PAGES = 12;
@@ -44,10 +51,13 @@ const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations'
 
 // ---------------------------------------------------------------- run selector
 
-/** The view in the URL's hash: run, open call, tail filters (`#run=live&call=<trace>&placement=&event=&tailRun=`). */
+/**
+ * The view in the URL's hash: run, open call, the filters and time range, the tail's filters
+ * (`#run=live&call=<trace>&placement=&source=&range=5m&event=&tailRun=`).
+ */
 function viewFromURL() {
   const q = new URLSearchParams(location.hash.replace(/^#/, ''));
-  return { run: q.get('run'), call: q.get('call'), placement: q.get('placement') ?? '', event: q.get('event') ?? '', tailRun: q.get('tailRun') };
+  return { run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), event: q.get('event') ?? '', tailRun: q.get('tailRun') };
 }
 
 /** The hash of the current view. */
@@ -55,7 +65,7 @@ function viewHash() {
   const q = new URLSearchParams();
   q.set('run', state.run);
   if (state.selected) q.set('call', state.selected.trace);
-  if ($('#filter-placement').value) q.set('placement', $('#filter-placement').value);
+  filters.toParams(state.filters, q);
   if ($('#filter-name').value) q.set('event', $('#filter-name').value);
   if ($('#filter-run').value !== '@view') q.set('tailRun', $('#filter-run').value);
   return `#${q.toString()}`;
@@ -72,10 +82,12 @@ function recordView({ push = true } = {}) {
 /** Applies the URL's view (Back and Forward, a pasted link). */
 async function applyURL() {
   const view = viewFromURL();
-  if (view.placement !== $('#filter-placement').value) ensureOption($('#filter-placement'), view.placement);
+  const filtersChanged = JSON.stringify(view.filters) !== JSON.stringify(state.filters);
+  if (filtersChanged) { state.filters = view.filters; filters.writeControls(state.filters); }
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun); else $('#filter-run').value = '@view';
   if (view.run !== null && view.run !== state.run) await selectRun(view.run, { record: false });
+  else if (filtersChanged) await filtersApplied();
   if ((view.call ?? null) !== (state.selected?.trace ?? null)) openCall(view.call, { record: false });
   renderTailNow();
 }
@@ -133,7 +145,9 @@ async function selectRun(run, { record = true } = {}) {
   const token = ++state.loadToken;
   const alert = $('#run-alert');
   alert.hidden = true;
-  const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks()]);
+  state.query = null;
+  closeBin();
+  const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks(), queryMode() ? runQuery({ render: false }) : null]);
   if (token !== state.loadToken) return;
   if (!loaded) {
     alert.hidden = false;
@@ -269,7 +283,8 @@ async function reloadAfterRestart() {
   state.cursor = null;
   latestSeq = null;
   await loadRuns();
-  await Promise.all([loadEvents(token), loadAggregates(), loadSinks()]);
+  state.query = null;
+  await Promise.all([loadEvents(token), loadAggregates(), loadSinks(), runQuery({ render: false })]);
   if (token === state.loadToken) render({ force: true });
 }
 
@@ -341,6 +356,7 @@ const stream = new api.LiveStream({
     }
     const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
     scheduleAggregates(newRun);
+    if (queryMode() && (state.run === '' || valid.some((e) => e.run === state.run))) scheduleQuery();
     if (fresh.length || callChanged || state.run === '' || $('#filter-run').value !== '@view') scheduleRender();
   },
 });
@@ -374,7 +390,156 @@ function scheduleRender() {
 }
 
 function viewEvents() {
+  if (queryMode()) return state.query?.events ?? [];
   return state.buffer.ofRun(state.run === '' ? null : state.run);
+}
+
+// ---------------------------------------------------------------- filters (server-side)
+
+/** Whether a filter or time range is set: then every panel shows what the server answers for it. */
+function queryMode() {
+  return filters.active(state.filters);
+}
+
+function queryParams() {
+  return filters.apiParams(state.filters, state.run, state.runs.find((r) => r.id === state.run));
+}
+
+let queryTimer = null;
+let queryAt = -Infinity;
+let queryToken = 0;
+/** Asks the server again, at most once a second, and not while paused (Resume asks). */
+function scheduleQuery() {
+  if (!queryMode() || state.paused || queryTimer) return;
+  const wait = Math.max(0, 1000 - (performance.now() - queryAt));
+  queryTimer = setTimeout(() => { queryTimer = null; runQuery().catch(note); }, wait);
+}
+
+/**
+ * Fetches the filtered view: the events of the matching calls (waterfall, tail) and the calls' stats
+ * (KPIs, histogram). A 400 names the bad parameter under the filter bar.
+ */
+async function runQuery({ render: draw = true, force = false } = {}) {
+  if (!queryMode()) return;
+  if (queryTimer) { clearTimeout(queryTimer); queryTimer = null; }
+  const token = ++queryToken;
+  queryAt = performance.now();
+  const params = queryParams();
+  const key = JSON.stringify(params);
+  try {
+    const [page, answer] = await Promise.all([api.events({ ...params, limit: PAGE }), api.calls({ ...params, limit: 1 })]);
+    if (token !== queryToken) return;
+    if (noteEpoch(page.epoch)) return;
+    state.query = { events: Array.isArray(page.events) ? page.events.filter((e) => e && Number.isFinite(e.seq)) : [], answer, key };
+    setLatestSeq(answer.latestSeq);
+    showFilterError(null);
+  } catch (error) {
+    if (token !== queryToken) return;
+    if (error.status === 400) {
+      state.query = { events: [], answer: null, key, error: error.serverMessage || error.message };
+      showFilterError(error.serverMessage || error.message);
+    } else {
+      note(error);
+    }
+  }
+  if (draw) render({ force });
+}
+
+function showFilterError(message) {
+  const node = $('#filter-error');
+  node.hidden = !message;
+  node.textContent = message ? `The server refused the filters: ${message}` : '';
+}
+
+/** A filter control changed: new URL entry, then the server's answer for the new filters. */
+function onFilterChange() {
+  const next = filters.readControls();
+  if (JSON.stringify(next) === JSON.stringify(state.filters)) return;
+  state.filters = next;
+  recordView();
+  filtersApplied().catch(note);
+}
+
+/** After the filters changed: back to the live buffer when none is left, else ask the server (even paused). */
+async function filtersApplied() {
+  closeBin();
+  state.zoom = null;
+  if (!queryMode()) {
+    state.query = null;
+    showFilterError(null);
+    render({ force: true });
+    return;
+  }
+  await runQuery({ force: true });
+}
+
+function renderFilterStatus() {
+  const node = $('#filter-status');
+  if (!queryMode()) { node.textContent = 'Showing every call of the run. Filters and the time range apply to every panel below.'; return; }
+  const counts = state.query?.answer?.counts;
+  const what = filters.describe(state.filters);
+  if (!counts) { node.textContent = `Filtered: ${what}`; return; }
+  const partial = counts.windowFull ? ` (among the newest ${fmt.count(counts.scannedEvents)} events of the run)` : '';
+  node.textContent = `${fmt.count(counts.matched)} of ${fmt.count(counts.scannedCalls)} calls match ${what}${partial}.`;
+}
+
+// ---------------------------------------------------------------- histogram drill-down
+
+/** Lists the calls of a histogram bin (exactly the calls counted in it). */
+function openBin(bin) {
+  state.bin = { index: bin.index, lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice() };
+  renderBin();
+  document.querySelectorAll('#histogram-chart g.bin').forEach((g) => {
+    const on = Number(g.dataset.index) === bin.index;
+    g.classList.toggle('open', on);
+    g.setAttribute('aria-selected', String(on));
+  });
+}
+
+function closeBin() {
+  state.bin = null;
+  renderBin();
+}
+
+const BIN_ROWS = 200;
+function renderBin() {
+  const panel = $('#bin-calls');
+  const list = panel.querySelector('ul');
+  clear(list);
+  if (!state.bin) { panel.hidden = true; return; }
+  const b = state.bin;
+  panel.hidden = false;
+  panel.dataset.index = b.index;
+  const range = b.last ? `${fmt.duration(b.lo)} or longer` : `${fmt.duration(b.lo)} to ${fmt.duration(b.hi)}`;
+  $('#bin-calls-title').textContent = `${fmt.count(b.samples.length)} call${b.samples.length === 1 ? '' : 's'} of ${range}`;
+  const sorted = b.samples.slice().sort((x, y) => y.duration - x.duration);
+  for (const sample of sorted.slice(0, BIN_ROWS)) {
+    const li = el('li');
+    const button = el('button', 'bin-call', null, { type: 'button', 'data-trace': sample.trace ?? '', 'data-duration': sample.duration });
+    button.appendChild(el('span', 'mono bin-call-placement', sample.placement ?? '—'));
+    button.appendChild(el('span', `bin-call-source ${sample.source === 'error' ? 'bad' : ''}`, sample.source ?? ''));
+    button.appendChild(el('span', 'num bin-call-duration', fmt.duration(sample.duration)));
+    button.appendChild(el('span', 'mono muted bin-call-trace', (sample.trace ?? '').slice(0, 12)));
+    button.addEventListener('click', () => { if (sample.trace) selectTrace(sample.trace); });
+    li.appendChild(button);
+    list.appendChild(li);
+  }
+  if (sorted.length > BIN_ROWS) list.appendChild(el('li', 'muted', `and ${fmt.count(sorted.length - BIN_ROWS)} more`));
+}
+
+/** Samples for the histogram: the server's durations of the matching calls, or the page's fetch.end events. */
+function histogramSamples(events) {
+  if (!queryMode()) return fetchDurations(events);
+  const durations = state.query?.answer?.stats?.durations;
+  if (!Array.isArray(durations)) return [];
+  return durations.filter((d) => Array.isArray(d) && Number.isFinite(d[0]))
+    .map(([duration, source, trace, placement]) => ({ duration, source: source === 'preload' ? 'other' : source, trace, placement }));
+}
+
+function setZoom(zoom) {
+  state.zoom = zoom;
+  $('#wf-reset-zoom').hidden = !zoom;
+  renderWaterfallNow({ force: true });
 }
 
 /**
@@ -398,29 +563,20 @@ function render({ force = false } = {}) {
   for (const id of ['#summary', '#placements', '#waterfall', '.split']) $(id).hidden = simulation && events.length === 0;
   renderKpis(events);
 
-  const nowT = events.length ? events[events.length - 1].t : null;
-  const wf = $('#waterfall');
-  const chart = $('#waterfall-chart');
-  const wfHeld = state.pointerOn.has('waterfall') && chart.querySelector('g.wf-call');
-  $('#waterfall-held').hidden = !wfHeld;
-  if (wfHeld) {
-    markSelected();
-  } else {
-    const calls = groupCalls(events, WATERFALL_CALLS, nowT);
-    const focused = document.activeElement?.closest?.('#waterfall-chart g.wf-call')?.dataset.trace;
-    renderWaterfall(chart, calls, {
-      onSelect: selectTrace, onCurrent: (trace) => { state.wfCurrent = trace; },
-      selected: state.selected?.trace, current: focused ?? state.wfCurrent,
-    });
-    if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
-    wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;
-  }
+  renderFilterStatus();
+  renderWaterfallNow();
   renderDetail();
 
-  const samples = fetchDurations(events);
-  const h = renderHistogram($('#histogram-chart'), samples);
+  const samples = histogramSamples(events);
+  const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
+  const h = renderHistogram($('#histogram-chart'), samples, {
+    onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : state.bin?.index, open: state.bin?.index,
+  });
+  if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
   $('#histogram .panel-empty').hidden = samples.length > 0;
-  $('#histogram-note').textContent = samples.length ? `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)}` : '';
+  $('#histogram-note').textContent = !samples.length ? ''
+    : queryMode() ? `${fmt.count(h.count)} matching calls · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`
+      : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`;
 
   updateFilterOptions();
   // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
@@ -428,6 +584,28 @@ function render({ force = false } = {}) {
   const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
   if (!held) renderTailNow();
   $('#tail-held').hidden = !held;
+}
+
+/** Draws the waterfall, unless the pointer is on it (then it holds still) and nothing forces it. */
+function renderWaterfallNow({ force = false } = {}) {
+  const events = viewEvents();
+  const nowT = events.length ? events[events.length - 1].t : null;
+  const wf = $('#waterfall');
+  const chart = $('#waterfall-chart');
+  const wfHeld = !force && state.pointerOn.has('waterfall') && chart.querySelector('g.wf-call');
+  $('#waterfall-held').hidden = !wfHeld;
+  if (wfHeld) { markSelected(); return; }
+  const calls = groupCalls(events, WATERFALL_CALLS, nowT);
+  const focused = document.activeElement?.closest?.('#waterfall-chart g.wf-call')?.dataset.trace;
+  const root = renderWaterfall(chart, calls, {
+    onSelect: selectTrace, onCurrent: (trace) => { state.wfCurrent = trace; },
+    selected: state.selected?.trace, current: focused ?? state.wfCurrent, zoom: state.zoom, onZoom: (from, to) => setZoom([from, to]),
+  });
+  if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
+  wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;
+  const cut = Number(root?.dataset.cut ?? 0);
+  $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])}`
+    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · drag on the axis to zoom` : 'drag on the axis to zoom';
 }
 
 /** The selected class on waterfall rows, without redrawing them. */
@@ -462,14 +640,25 @@ function openCall(trace, { record = true } = {}) {
     state.selected = null;
   } else {
     const events = new Map();
-    for (const list of [state.buffer.events, state.all.events]) {
+    for (const list of [state.buffer.events, state.all.events, state.query?.events ?? []]) {
       for (const e of list) if (e.trace === trace) events.set(e.seq, e);
     }
     state.selected = { trace, events };
+    // Not in the page (an older call, a stored run, a call listed from the histogram): ask the server.
+    loadCall(trace).catch(note);
   }
   if (record) recordView();
   markSelected();
   renderDetail();
+}
+
+/** Adds the open call's events as the server holds them. */
+async function loadCall(trace) {
+  const answer = await api.events({ trace, run: state.run || null, limit: PAGE });
+  if (state.selected?.trace !== trace) return;
+  const before = state.selected.events.size;
+  for (const e of Array.isArray(answer.events) ? answer.events : []) if (e && e.trace === trace) state.selected.events.set(e.seq, e);
+  if (state.selected.events.size !== before) renderDetail();
 }
 
 function selectTrace(trace) {
@@ -486,7 +675,27 @@ function closeCall() {
   row?.focus({ preventScroll: true });
 }
 
+/** The KPIs of the matching calls, from the server's stats. */
+function renderQueryKpis(events) {
+  const answer = state.query?.answer;
+  const stats = answer?.stats ?? {};
+  const matched = answer?.counts?.matched ?? null;
+  const sources = stats.sources ?? {};
+  const ok = Object.values(sources).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
+  const network = sources.network ?? 0;
+  const durations = Array.isArray(stats.durations) ? stats.durations.length : 0;
+  setKpi('fetches', fmt.count(matched), 'matching calls');
+  setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
+  setKpi('p50', fmt.duration(stats.p50), durations ? `${fmt.count(durations)} matching calls` : '');
+  setKpi('p95', fmt.duration(stats.p95), durations ? `${fmt.count(durations)} matching calls` : '', stats.p95 >= 4 ? 'warn' : '');
+  setKpi('timeouts', fmt.count(stats.timeouts), matched ? `${(stats.timeouts / matched).toFixed(2)} per call` : '', stats.timeouts ? 'warn' : '');
+  setKpi('targetingLost', fmt.count(stats.targetingLost), matched ? `${fmt.percent(stats.targetingLost, matched)} of calls` : '', stats.targetingLost ? 'warn' : '');
+  setKpi('errors', fmt.count(stats.errors), 'fetch + preload', stats.errors ? 'bad' : '');
+  setKpi('rate', fmt.count(events.length), 'events of these calls in page');
+}
+
 function renderKpis(events) {
+  if (queryMode()) { renderQueryKpis(events); return; }
   const ps = state.placements;
   const sum = (f) => ps.reduce((s, p) => s + (Number.isFinite(f(p)) ? f(p) : 0), 0);
   const fetches = sum((p) => p.fetches);
@@ -544,7 +753,8 @@ function tailFilters() {
 
 function renderTailNow() {
   const filters = tailFilters();
-  const source = filters.run === (state.run === '' ? null : state.run) ? state.buffer.events : state.all.events;
+  const ownRun = filters.run === (state.run === '' ? null : state.run);
+  const source = ownRun && queryMode() ? (state.query?.events ?? []) : ownRun ? state.buffer.events : state.all.events;
   const focused = document.activeElement?.closest?.('#tail tbody tr')?.dataset.seq;
   const tbody = $('#tail tbody');
   renderTail($('#tail'), source, filters, {
@@ -570,7 +780,15 @@ function wire() {
   renderWaterfallLegend($('#waterfall-legend'));
   setOptions($('#filter-name'), EVENT_NAMES);
   $('#run-select').addEventListener('change', (event) => selectRun(event.target.value));
-  $('#filter-placement').addEventListener('change', () => { recordView(); renderTailNow(); });
+  for (const [id] of filters.FIELDS) $(`#${id}`).addEventListener('change', onFilterChange);
+  $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
+  $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
+  $('#wf-reset-zoom').addEventListener('click', () => { setZoom(null); $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true }); });
+  $('#bin-calls-close').addEventListener('click', () => {
+    const index = state.bin?.index;
+    closeBin();
+    $(`#histogram-chart g.bin[data-index="${index}"]`)?.focus({ preventScroll: true });
+  });
   $('#filter-name').addEventListener('change', () => { recordView(); renderTailNow(); });
   $('#filter-run').addEventListener('change', async () => {
     recordView();
@@ -584,6 +802,7 @@ function wire() {
     button.textContent = state.paused ? 'Resume' : 'Pause';
     document.body.classList.toggle('is-paused', state.paused);
     render({ force: !state.paused });
+    if (!state.paused) scheduleQuery();
   });
   $('.tail-wrap').addEventListener('scroll', () => {
     if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();
@@ -597,7 +816,8 @@ function wire() {
   // The skip link moves the focus without touching the URL's hash (which holds the view).
   $('.skip-link').addEventListener('click', (event) => { event.preventDefault(); $('#main').focus(); });
   document.addEventListener('keydown', (event) => {
-    if (event.key === 'Escape' && state.selected) { event.preventDefault(); closeCall(); }
+    if (event.key === 'Escape' && state.selected) { event.preventDefault(); closeCall(); return; }
+    if (event.key === 'Escape' && state.bin) { event.preventDefault(); $('#bin-calls-close').click(); }
   });
   window.addEventListener('popstate', () => { applyURL().catch(note); });
   setInterval(updateOffline, 1000);
@@ -608,6 +828,8 @@ function wire() {
   }).observe(document.body);
   // Relative times ("3m ago") and slow-moving aggregates stay fresh even without new events.
   setInterval(() => scheduleAggregates(true), 15000);
+  // A relative time range moves on without new events.
+  setInterval(() => { if (state.filters.range) scheduleQuery(); }, 5000);
   // Sink health changes without events (a collector going away): poll it on its own.
   setInterval(loadSinks, 5000);
 }
@@ -630,10 +852,11 @@ async function start() {
   if (view.run !== null) state.run = view.run;
   else if (!state.runs.some((r) => r.id === 'live') && state.runs.length) state.run = state.runs[0].id;
   renderRunSelect();
-  ensureOption($('#filter-placement'), view.placement);
+  state.filters = view.filters;
+  filters.writeControls(state.filters);
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
-  await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun()]);
+  await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);
   if (view.call) openCall(view.call, { record: false });
   recordView({ push: false });
   render({ force: true });

@@ -351,14 +351,15 @@ public struct CallQuery: Sendable {
         public var windowFull: Bool
         /// Over every matched call: duration percentiles (nearest rank), counts by source, errors
         /// (failed fetches plus failed preload placements), timeouts, targeting lost, and each finished
-        /// call's duration with its source (`error` when it failed, `preload` for a preload), newest first.
+        /// call's duration with its source (`error` when it failed, `preload` for a preload), trace and
+        /// placement (a preload's first), newest first: what the dashboard's histogram draws.
         public var p50: Double?
         public var p95: Double?
         public var sources: [String: Int]
         public var errors: Int
         public var timeouts: Int
         public var targetingLost: Int
-        public var durations: [(duration: Double, source: String)]
+        public var durations: [(duration: Double, source: String, trace: String, placement: String?)]
     }
 
     /// The matching calls of `store`, newest first, at most `limit`.
@@ -374,7 +375,7 @@ public struct CallQuery: Sendable {
         let matched = all.filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
         var sources: [String: Int] = [:]
         var errors = 0, timeouts = 0, lost = 0
-        var durations: [(duration: Double, source: String)] = []
+        var durations: [(duration: Double, source: String, trace: String, placement: String?)] = []
         for c in matched {
             if let s = c.source, c.errorCode == nil { sources[s, default: 0] += 1 }
             errors += c.failed.isEmpty ? (c.errorCode == nil ? 0 : 1) : c.failed.count
@@ -382,7 +383,7 @@ public struct CallQuery: Sendable {
             if c.targetingLost { lost += 1 }
             if c.finished, let d = c.duration {
                 let kind = c.isError ? "error" : c.call?.hasPrefix("preload") == true ? "preload" : (c.source ?? "other")
-                durations.append((d, kind))
+                durations.append((d, kind, c.trace, c.placement ?? c.placements.first))
             }
         }
         let sorted = durations.map(\.duration).sorted()
@@ -415,7 +416,9 @@ public struct CallQuery: Sendable {
 }
 
 extension CallQuery.Result {
-    /// The body of `GET /api/calls` (without `latestSeq` and `epoch`, which the server adds).
+    /// The body of `GET /api/calls` (without `latestSeq` and `epoch`, which the server adds):
+    /// `{"calls": [...], "counts": {"matched", "returned", "scannedCalls", "scannedEvents", "windowFull"},
+    /// "stats": {"p50", "p95", "sources", "errors", "timeouts", "targetingLost", "durations": [[duration, source, trace, placement]]}}`.
     public var jsonValue: JSONValue {
         let counts: [String: JSONValue] = [
             "matched": .number(Double(matched)), "returned": .number(Double(calls.count)),
@@ -426,7 +429,9 @@ extension CallQuery.Result {
             "p50": p50.map(JSONValue.number) ?? .null, "p95": p95.map(JSONValue.number) ?? .null,
             "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
             "timeouts": .number(Double(timeouts)), "targetingLost": .number(Double(targetingLost)),
-            "durations": .array(durations.map { [.number($0.duration), .string($0.source)] }),
+            "durations": .array(durations.map {
+                [.number($0.duration), .string($0.source), .string($0.trace), $0.placement.map(JSONValue.string) ?? .null]
+            }),
         ]
         return ["calls": .array(calls.map(\.jsonValue)), "counts": .object(counts), "stats": .object(stats)]
     }

@@ -6,7 +6,15 @@ export async function getJSON(path, { timeoutMs = 10000 } = {}) {
   const timer = setTimeout(() => controller.abort(), timeoutMs);
   try {
     const response = await fetch(path, { headers: { Accept: 'application/json' }, signal: controller.signal, cache: 'no-store' });
-    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+    if (!response.ok) {
+      // The server's message names the bad parameter: keep it for the page to show.
+      let message = '';
+      try { message = (await response.json())?.error?.message ?? ''; } catch { /* not JSON */ }
+      const error = new Error(`${path.split('?')[0]}: HTTP ${response.status}${message ? `: ${message}` : ''}`);
+      error.status = response.status;
+      error.serverMessage = message;
+      throw error;
+    }
     return await response.json();
   } catch (error) {
     if (error.name === 'AbortError') throw new Error(`${path}: timed out`);
@@ -29,6 +37,11 @@ export function query(params) {
 /** GET /api/events: {events, latestSeq}. */
 export function events(params) {
   return getJSON(`api/events${query(params)}`);
+}
+
+/** GET /api/calls: {calls, counts, stats, latestSeq, epoch}, filtered like /api/events. */
+export function calls(params) {
+  return getJSON(`api/calls${query(params)}`);
 }
 
 /** GET /api/placements?run=: {run, placements}. */

@@ -12,10 +12,15 @@ export function percentile(sorted, p) {
   return sorted[rank - 1];
 }
 
-/** Draws `samples` ([{duration, source}]) into `container`; returns {p50, p95, count}. */
-export function renderHistogram(container, samples) {
+/**
+ * Draws `samples` ([{duration, source, trace, placement}]) into `container`; returns {p50, p95, count, bins}.
+ * With `onBin`, the bins are a listbox with one tab stop (`current`, a bin's index): a click, Enter or
+ * Space calls `onBin(bin)` with `{index, lo, hi, last, samples}` (the bin holds lo <= duration < hi; the
+ * last bin also every longer one), arrow keys move between bins.
+ */
+export function renderHistogram(container, samples, { onBin, current, open } = {}) {
   clear(container);
-  if (!samples.length) return { p50: null, p95: null, count: 0 };
+  if (!samples.length) return { p50: null, p95: null, count: 0, bins: [] };
   const width = Math.max(container.clientWidth || 480, 320);
   const height = 260;
   const sorted = samples.map((s) => s.duration).sort((a, b) => a - b);
@@ -32,11 +37,17 @@ export function renderHistogram(container, samples) {
   const binCount = Math.min(60, Math.max(12, Math.floor(plotW / 14)));
   const binW = xMax / binCount;
   const order = SOURCES.map(([k]) => k).concat(['other', 'error']);
-  const bins = Array.from({ length: binCount }, () => ({ total: 0, by: new Map() }));
+  const bins = Array.from({ length: binCount }, (_, i) => ({
+    index: i, lo: i * binW, hi: (i + 1) * binW, last: i === binCount - 1, total: 0, by: new Map(), samples: [],
+  }));
   let beyond = 0;
   for (const s of samples) {
     if (s.duration > xMax) beyond += 1;
-    const i = Math.min(binCount - 1, Math.floor(s.duration / binW));
+    // The bin whose edges (as drawn and as sent to the server) hold the duration: lo <= d < hi.
+    let i = Math.max(0, Math.min(binCount - 1, Math.floor(s.duration / binW)));
+    if (i > 0 && s.duration < bins[i].lo) i -= 1;
+    else if (i < binCount - 1 && s.duration >= bins[i].hi) i += 1;
+    bins[i].samples.push(s);
     const key = order.includes(s.source) ? s.source : 'other';
     bins[i].total += 1;
     bins[i].by.set(key, (bins[i].by.get(key) ?? 0) + 1);
@@ -47,9 +58,12 @@ export function renderHistogram(container, samples) {
   const x = (v) => PAD.left + (v / xMax) * plotW;
   const y = (v) => PAD.top + plotH - (v / yMax) * plotH;
 
+  const interactive = Boolean(onBin);
+  const filled = bins.filter((b) => b.total > 0);
+  const tabStop = interactive ? (filled.find((b) => b.index === current) ?? filled[0])?.index : null;
   const root = svg('svg', {
-    class: 'chart histogram', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
-    'aria-label': `Histogram of ${samples.length} fetch durations; p50 ${fmt.duration(p50)}, p95 ${fmt.duration(p95)}, max ${fmt.duration(max)}`,
+    class: 'chart histogram', width, height, viewBox: `0 0 ${width} ${height}`, role: interactive ? 'listbox' : 'img',
+    'aria-label': `Histogram of ${samples.length} call durations; p50 ${fmt.duration(p50)}, p95 ${fmt.duration(p95)}, max ${fmt.duration(max)}${interactive ? '; Enter on a bar lists its calls' : ''}`,
   });
   const axes = svg('g', { class: 'grid-lines' });
   for (const v of yt) {
@@ -70,7 +84,13 @@ export function renderHistogram(container, samples) {
     const x0 = x(i * binW) + 1;
     const w = Math.max(x((i + 1) * binW) - x(i * binW) - 2, 1);
     let acc = 0;
-    const g = svg('g', { class: 'bin' });
+    const g = svg('g', {
+      class: `bin${open === i ? ' open' : ''}`, 'data-index': i, 'data-count': b.total, 'data-lo': b.lo, 'data-hi': b.last ? null : b.hi,
+      role: interactive ? 'option' : null, tabindex: interactive ? (i === tabStop ? 0 : -1) : null,
+      'aria-selected': interactive ? String(open === i) : null,
+    });
+    // A hit area the height of the plot, so that a short bar is as easy to click as a tall one.
+    if (interactive) g.appendChild(svg('rect', { x: x0, y: PAD.top, width: w, height: plotH, class: 'bin-hit' }));
     for (const key of order) {
       const n = b.by.get(key);
       if (!n) continue;
@@ -79,7 +99,25 @@ export function renderHistogram(container, samples) {
     }
     const parts = order.filter((k) => b.by.get(k)).map((k) => `${k} ${b.by.get(k)}`).join(', ');
     const upper = i === binCount - 1 && beyond ? 'and slower' : fmt.duration((i + 1) * binW);
-    tooltip(g, `${fmt.duration(i * binW)} – ${upper}: ${b.total} (${parts})`);
+    const label = `${fmt.duration(i * binW)} – ${upper}: ${b.total} call${b.total === 1 ? '' : 's'} (${parts})`;
+    tooltip(g, label);
+    if (interactive) {
+      g.setAttribute('aria-label', label);
+      g.addEventListener('click', () => onBin(b));
+      g.addEventListener('focus', () => {
+        for (const other of root.querySelectorAll('g.bin[tabindex="0"]')) if (other !== g) other.setAttribute('tabindex', '-1');
+        g.setAttribute('tabindex', '0');
+      });
+      g.addEventListener('keydown', (event) => {
+        if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); onBin(b); return; }
+        const all = [...root.querySelectorAll('g.bin')];
+        const at = all.indexOf(g);
+        const to = { ArrowRight: at + 1, ArrowDown: at + 1, ArrowLeft: at - 1, ArrowUp: at - 1, Home: 0, End: all.length - 1 }[event.key];
+        if (to === undefined) return;
+        event.preventDefault();
+        all[Math.max(0, Math.min(all.length - 1, to))].focus();
+      });
+    }
     bars.appendChild(g);
   });
   root.appendChild(bars);
@@ -104,5 +142,5 @@ export function renderHistogram(container, samples) {
       `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`));
   }
   container.appendChild(root);
-  return { p50, p95, count: samples.length };
+  return { p50, p95, count: samples.length, bins };
 }

@@ -170,14 +170,17 @@ function spanOf(c, e) {
   return r;
 }
 
-/** fetch.end events of a list: [{duration, source, errorCode}]. */
+/** fetch.end events of a list: [{duration, source ('error' when it failed), trace, placement}]. */
 export function fetchDurations(events) {
   const out = [];
   for (const e of events) {
     if (e.name !== 'fetch.end' || !e.attrs) continue;
     const d = e.attrs.duration;
     if (!Number.isFinite(d)) continue;
-    out.push({ duration: d, source: e.attrs.errorCode !== undefined && e.attrs.errorCode !== null ? 'error' : (e.attrs.source ?? 'other') });
+    out.push({
+      duration: d, source: e.attrs.errorCode !== undefined && e.attrs.errorCode !== null ? 'error' : (e.attrs.source ?? 'other'),
+      trace: e.trace, placement: e.placement,
+    });
   }
   return out;
 }

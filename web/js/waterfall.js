@@ -56,7 +56,7 @@ function callEnd(c) {
  * and End move between calls and `onCurrent(trace)` hears where the focus went. `fit` draws a single
  * call on its own scale, budgets included, as a picture (no tab stops).
  */
-export function renderWaterfall(container, calls, { onSelect, onCurrent, selected, current, fit = false } = {}) {
+export function renderWaterfall(container, calls, { onSelect, onCurrent, selected, current, fit = false, zoom = null, onZoom } = {}) {
   clear(container);
   if (!calls.length) return null;
   const available = container.clientWidth || 900;
@@ -66,20 +66,35 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   const trackX = LABEL_W;
   const trackW = width - LABEL_W - RIGHT_PAD;
 
-  let maxSpan = 0;
+  const spans = [];
   for (const c of calls) {
-    maxSpan = Math.max(maxSpan, callEnd(c) - c.startT);
+    let span = callEnd(c) - c.startT;
     for (const r of c.requests) {
-      maxSpan = Math.max(maxSpan, (r.endT ?? r.openUntil ?? r.startT) - c.startT);
-      if (fit && Number.isFinite(r.timeout) && r.timeout > 0) maxSpan = Math.max(maxSpan, r.startT - c.startT + r.timeout);
+      span = Math.max(span, (r.endT ?? r.openUntil ?? r.startT) - c.startT);
+      if (fit && Number.isFinite(r.timeout) && r.timeout > 0) span = Math.max(span, r.startT - c.startT + r.timeout);
     }
-    if (fit) for (const m of [...c.timeouts, ...c.fallbacks]) maxSpan = Math.max(maxSpan, m.t - c.startT);
+    if (fit) for (const m of [...c.timeouts, ...c.fallbacks]) span = Math.max(span, m.t - c.startT);
+    spans.push(span);
   }
-  const axisTicks = ticks(Math.max(maxSpan, 0.05), Math.max(3, Math.floor(trackW / 110)));
-  const axisMax = axisTicks[axisTicks.length - 1];
-  const x = (dt) => trackX + (Math.max(0, dt) / axisMax) * trackW;
+  const maxSpan = Math.max(0, ...spans);
+  // The axis fits the visible calls: one very long call must not squash the others. Past 1.5 × p90
+  // of the calls' spans the axis stops; longer calls are drawn to its end and marked cut (»).
+  let axisEnd = maxSpan;
+  if (!fit && spans.length >= 2) {
+    const sorted = [...spans].sort((a, b) => a - b);
+    const p90 = sorted[Math.max(0, Math.ceil(0.9 * sorted.length) - 1)];
+    if (p90 > 0 && maxSpan > 1.5 * p90) axisEnd = 1.5 * p90;
+  }
+  const target = Math.max(3, Math.floor(trackW / 110));
+  const zoomed = !fit && Array.isArray(zoom) && zoom[1] > zoom[0];
+  const axisMin = zoomed ? zoom[0] : 0;
+  const axisTicks = zoomed ? ticksIn(zoom[0], zoom[1], target) : ticks(Math.max(axisEnd, 0.05), target);
+  const axisMax = zoomed ? zoom[1] : axisTicks[axisTicks.length - 1];
+  const past = (dt) => dt > axisMax + 1e-9;
+  const x = (dt) => trackX + ((Math.min(Math.max(dt, axisMin), axisMax) - axisMin) / (axisMax - axisMin)) * trackW;
   const interactive = Boolean(onSelect);
   const tabStop = interactive ? (calls.some((c) => c.trace === current) ? current : calls[0].trace) : null;
+  const cutCount = spans.filter(past).length;
 
   let height = AXIS_H + 4;
   for (const c of calls) height += CALL_H + c.requests.length * REQ_H + GAP;
@@ -87,7 +102,8 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   const root = svg('svg', {
     class: `chart waterfall${fit ? ' fit' : ''}`, width, height, viewBox: `0 0 ${width} ${height}`, role: interactive ? 'listbox' : 'img',
     'aria-label': fit ? `The call on its own time scale, up to ${fmt.duration(axisMax)}`
-      : `Waterfall of the ${calls.length} most recent calls, time from each call's start, up to ${fmt.duration(axisMax)}; arrow keys move, Enter opens a call`,
+      : `Waterfall of the ${calls.length} most recent calls, time from each call's start, ${zoomed ? `zoomed to ${fmt.duration(axisMin)} – ` : 'up to '}${fmt.duration(axisMax)}${cutCount ? `; ${cutCount} longer call(s) cut at the axis end, marked »` : ''}; arrow keys move, Enter opens a call`,
+    'data-axis-min': axisMin, 'data-axis-max': axisMax, 'data-cut': cutCount,
   });
 
   // Axis and grid.
@@ -99,7 +115,11 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   }
   grid.appendChild(svg('text', { x: 8, y: 14, class: 'axis-label' }, 'call'));
   grid.appendChild(svg('line', { x1: 0, x2: width, y1: AXIS_H, y2: AXIS_H, class: 'axis-line' }));
+  if (cutCount && !zoomed) {
+    grid.appendChild(svg('text', { x: trackX + trackW + 6, y: 14, class: 'axis-label wf-cut' }, `» ${cutCount} cut`));
+  }
   root.appendChild(grid);
+  if (onZoom && !fit) root.appendChild(zoomHandle(root, { trackX, trackW, axisMin, axisMax, onZoom }));
 
   let y = AXIS_H + 4;
   for (const c of calls) {
@@ -144,9 +164,19 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
       : hasError ? `error ${fmt.errorCode(c.errorCode)}`
         : c.call === 'preloadFlows' ? `${c.succeeded ?? 0} ok, ${failedCount} failed${failedCount ? ` (${Object.entries(c.failed).map(([p, code]) => `${p} ${code}`).join(', ')})` : ''}`
           : (c.source ?? 'done');
-    const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: `wf-bar-label${hasError || failedCount ? ' bad' : ''}` }, outcome);
-    if (c.targetingLost) tail.appendChild(svg('tspan', { class: 'wf-flag', dx: 8 }, 'targeting lost'));
-    g.appendChild(tail);
+    const callCut = past(end - c.startT);
+    if (callCut) {
+      // Longer than the axis: drawn to its end, with the full duration after a » mark.
+      g.classList.add('cut');
+      g.dataset.cut = 'true';
+      const cutLabel = svg('text', { x: bx + bw + 4, y: y + CALL_H / 2 + 3, class: `wf-bar-label wf-cut${hasError || failedCount ? ' bad' : ''}` }, `» ${fmt.duration(end - c.startT)}`);
+      tooltip(cutLabel, `${outcome}, ${fmt.duration(end - c.startT)}: longer than the axis (${fmt.duration(axisMax)})`);
+      g.appendChild(cutLabel);
+    } else {
+      const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: `wf-bar-label${hasError || failedCount ? ' bad' : ''}` }, outcome);
+      if (c.targetingLost) tail.appendChild(svg('tspan', { class: 'wf-flag', dx: 8 }, 'targeting lost'));
+      g.appendChild(tail);
+    }
 
     // Requests.
     let ry = y + CALL_H;
@@ -163,12 +193,20 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
         const budget = svg('rect', { x: rx, y: ry + 4, width: Math.max(budgetEnd - rx, 1), height: REQ_H - 8, rx: 1.5, class: 'wf-budget' });
         tooltip(budget, `budget ${fmt.duration(r.timeout)}`);
         g.appendChild(budget);
+        if (past(r.startT - c.startT + r.timeout)) {
+          // The budget runs on past the axis: an arrow head at the axis end says so.
+          const ex = trackX + trackW;
+          const mark = svg('path', { d: `M${ex},${ry + 3} L${ex + 6},${ry + REQ_H / 2} L${ex},${ry + REQ_H - 3} Z`, class: 'wf-budget-cut' });
+          tooltip(mark, `budget ${fmt.duration(r.timeout)}: runs past the axis`);
+          g.appendChild(mark);
+        }
       }
       const rw = Math.max(x(r.startT - c.startT + rdur) - rx, 2);
       const rect = svg('rect', { x: rx, y: ry + 4, width: rw, height: REQ_H - 8, rx: 1.5, class: `wf-bar req ${outcomeClass(r.outcome, ended)}` });
       tooltip(rect, `${label}: ${outcomeText}, ${fmt.duration(rdur)}${Number.isFinite(r.timeout) ? ` (budget ${fmt.duration(r.timeout)})` : ''}${r.bytes ? `, ${fmt.count(r.bytes)} bytes` : ''}; span ${r.span ?? '?'}`);
       g.appendChild(rect);
-      g.appendChild(svg('text', { x: rx + rw + 6, y: ry + REQ_H / 2 + 3, class: 'wf-bar-label small' }, `${fmt.duration(rdur)}${ended ? '' : '…'}`));
+      const reqCut = past(r.startT - c.startT + rdur);
+      g.appendChild(svg('text', { x: rx + rw + (reqCut ? 4 : 6), y: ry + REQ_H / 2 + 3, class: `wf-bar-label small${reqCut ? ' wf-cut' : ''}` }, `${reqCut ? '» ' : ''}${fmt.duration(rdur)}${ended ? '' : '…'}`));
       ry += REQ_H;
     }
 
@@ -214,6 +252,55 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   }
   container.appendChild(root);
   return root;
+}
+
+/** Tick values from `lo` to `hi` in steps of 1, 2, 2.5 or 5 times a power of ten. */
+function ticksIn(lo, hi, target) {
+  const raw = (hi - lo) / target;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * pow).find((s) => s >= raw) ?? 10 * pow;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  return out;
+}
+
+/**
+ * A strip over the axis: dragging across it selects a time span, and `onZoom(from, to)` (seconds from
+ * the calls' starts) gets it when the pointer is released.
+ */
+function zoomHandle(root, { trackX, trackW, axisMin, axisMax, onZoom }) {
+  const g = svg('g', { class: 'wf-zoom' });
+  const hit = svg('rect', { x: trackX, y: 0, width: trackW, height: AXIS_H, class: 'wf-zoom-hit' });
+  tooltip(hit, 'Drag across the axis to zoom in');
+  const band = svg('rect', { x: trackX, y: 0, width: 0, height: AXIS_H, class: 'wf-zoom-band', visibility: 'hidden' });
+  g.appendChild(band);
+  g.appendChild(hit);
+  const at = (event) => Math.min(Math.max(event.clientX - root.getBoundingClientRect().left, trackX), trackX + trackW);
+  const time = (px) => axisMin + ((px - trackX) / trackW) * (axisMax - axisMin);
+  let start = null;
+  hit.addEventListener('pointerdown', (event) => {
+    start = at(event);
+    hit.setPointerCapture?.(event.pointerId);
+    event.preventDefault();
+  });
+  hit.addEventListener('pointermove', (event) => {
+    if (start === null) return;
+    const now = at(event);
+    band.setAttribute('x', String(Math.min(start, now)));
+    band.setAttribute('width', String(Math.abs(now - start)));
+    band.setAttribute('visibility', 'visible');
+  });
+  const finish = (event) => {
+    if (start === null) return;
+    const end = at(event);
+    const from = start;
+    start = null;
+    band.setAttribute('visibility', 'hidden');
+    if (Math.abs(end - from) >= 4) onZoom(time(Math.min(from, end)), time(Math.max(from, end)));
+  };
+  hit.addEventListener('pointerup', finish);
+  hit.addEventListener('pointercancel', () => { start = null; band.setAttribute('visibility', 'hidden'); });
+  return g;
 }
 
 /** "audience / variation" of a finished getFlow call, or ''. */
