@@ -412,7 +412,7 @@ let queryToken = 0;
 function scheduleQuery() {
   if (!queryMode() || state.paused || queryTimer) return;
   const wait = Math.max(0, 1000 - (performance.now() - queryAt));
-  queryTimer = setTimeout(() => { queryTimer = null; runQuery().catch(note); }, wait);
+  queryTimer = setTimeout(() => { queryTimer = null; if (!state.paused) runQuery().catch(note); }, wait);
 }
 
 /**
@@ -803,6 +803,7 @@ function wire() {
     document.body.classList.toggle('is-paused', state.paused);
     render({ force: !state.paused });
     if (!state.paused) scheduleQuery();
+    else if (queryTimer) { clearTimeout(queryTimer); queryTimer = null; }
   });
   $('.tail-wrap').addEventListener('scroll', () => {
     if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();

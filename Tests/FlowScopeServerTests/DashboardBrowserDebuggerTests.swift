@@ -124,11 +124,15 @@ struct DashboardBrowserDebuggerTests {
             (() => { const a = document.activeElement; if (!a || a === document.body) return 'BODY';
               if (a.id) return '#' + a.id; if (a.matches('g.wf-call')) return 'waterfall-row';
               if (a.matches('#tail tbody tr')) return 'tail-row'; if (a.matches('.skip-link')) return 'skip-link';
+              if (a.matches('#histogram g.bin')) return 'histogram-bin';
               return a.tagName.toLowerCase() + (a.getAttribute('href') ? ':' + a.getAttribute('href') : ''); })()
             """
-        let controls = ["#run-select", "#pause", "waterfall-row", "#filter-run", "#filter-placement", "#filter-name", "tail-row"]
+        let filterBar = ["#f-range", "#filter-placement", "#f-call", "#f-source", "#f-audience", "#f-variation", "#f-targeting", "#f-error",
+                         "#f-min", "#f-max", "#f-trace", "#f-q", "#f-clear"]
+        let controls = ["#run-select", "#pause"] + filterBar + ["waterfall-row", "histogram-bin", "#filter-run", "#filter-name", "tail-row"]
         var reached: [String] = []
-        for _ in 0..<20 where !Set(controls).isSubset(of: reached) {
+        // One Tab per control, the skip link and the brand link, and a few to spare.
+        for _ in 0..<30 where !Set(controls).isSubset(of: reached) {
             try browser.press("Tab")
             usleep(350_000) // redraws happen while the focus is on each stop
             reached.append(try browser.evaluate(describe).stringValue ?? "?")
@@ -136,7 +140,7 @@ struct DashboardBrowserDebuggerTests {
         #expect(reached.first == "skip-link", "the first Tab stop is the skip link: \(reached)")
         #expect(!reached.contains("BODY"), "the focus never fell back to the page: \(reached)")
         for control in controls {
-            #expect(reached.contains(control), "\(control) reached within 20 Tabs: \(reached)")
+            #expect(reached.contains(control), "\(control) reached within 30 Tabs: \(reached)")
         }
 
         // On a waterfall row, arrow keys move between calls and the focus stays through redraws.

@@ -127,6 +127,7 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
     const groupH = CALL_H + c.requests.length * REQ_H;
     const g = svg('g', {
       class: `wf-call${c.trace === selected ? ' selected' : ''}`, 'data-trace': c.trace, 'data-placement': c.placement ?? '',
+      'data-source': c.errorCode !== null && c.errorCode !== undefined ? 'error' : (c.source ?? ''), 'data-call': c.call ?? '',
       tabindex: interactive ? (c.trace === tabStop ? 0 : -1) : null, role: interactive ? 'option' : null,
       'aria-selected': interactive ? String(c.trace === selected) : null,
     });

@@ -1,0 +1,236 @@
+import TestSupport
+import Foundation
+import FlowEvents
+import FlowJSON
+@testable import FlowScopeServer
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The filter bar, the histogram drill-down and the waterfall's axis in headless Chromium, with live
+/// traffic ingested. (Type name contains "DashboardBrowser": the Makefile runs these serially.)
+@Suite("Dashboard filters in a real browser, with live traffic", .serialized)
+struct DashboardBrowserFilterTests {
+    /// Sets a filter control as a user does (its value, then `change`).
+    static func setFilter(_ browser: DevToolsBrowser, _ id: String, _ value: String) throws {
+        _ = try browser.evaluate("""
+            (() => { const c = document.getElementById(\(JSONValue.string(id).jsonText)); c.value = \(JSONValue.string(value).jsonText);
+              c.dispatchEvent(new Event('change')); })()
+            """)
+    }
+
+    /// GET on the stack's API, parsed.
+    static func api(_ stack: DashboardStack, _ pathAndQuery: String) throws -> JSONValue {
+        try JSON5.parse(try stack.fixture.connect().request("GET", pathAndQuery).text)
+    }
+
+    static let kpiFetches = "document.querySelector('.kpi[data-kpi=fetches] .kpi-value').textContent"
+    static let callRequests = "performance.getEntriesByType('resource').filter((r) => r.name.includes('/api/calls?')).length"
+
+    @Test("a filter narrows the waterfall, the histogram, the KPIs and the tail to the matching calls, refetched at most once a second and not while paused")
+    func filterNarrowsEveryPanel() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.1)
+        defer { traffic.stop() }
+        _ = try browser.evaluate("performance.setResourceTimingBufferSize(100000)") // count every request below
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-source=\"network\"]').length > 2"))
+
+        try Self.setFilter(browser, "f-source", "cache")
+        #expect(try browser.waitFor("location.hash.includes('source=cache')"), "the filter is in the URL")
+        let onlyCache = """
+            (() => { const rows = [...document.querySelectorAll('#waterfall g.wf-call')];
+              return rows.length > 0 && rows.every((g) => g.dataset.source === 'cache'); })()
+            """
+        #expect(try browser.waitFor(onlyCache), "the waterfall shows cache calls only")
+        #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent === 'matching calls'"))
+
+        // Live: new matching calls keep arriving, with one /api/calls request a second at most.
+        let before = try browser.evaluate(Self.callRequests).numberValue ?? 0
+        let shownBefore = try browser.evaluate("Number(\(Self.kpiFetches).replace(/,/g, ''))").numberValue ?? 0
+        usleep(4_000_000)
+        let during = (try browser.evaluate(Self.callRequests).numberValue ?? 0) - before
+        #expect(during >= 2 && during <= 5, "\(during) /api/calls requests in 4 s of traffic")
+        #expect((try browser.evaluate("Number(\(Self.kpiFetches).replace(/,/g, ''))").numberValue ?? 0) > shownBefore, "the KPIs followed the traffic")
+
+        // Paused: no request at all while traffic flows.
+        _ = try browser.evaluate("document.querySelector('#pause').click()")
+        usleep(300_000)
+        let pausedAt = try browser.evaluate(Self.callRequests).numberValue ?? 0
+        usleep(2_500_000)
+        #expect(try browser.evaluate(Self.callRequests).numberValue == pausedAt, "nothing is fetched while paused")
+        _ = try browser.evaluate("document.querySelector('#pause').click()")
+
+        // Still: what every panel shows is the server's answer for the filter.
+        traffic.stop()
+        usleep(300_000)
+        let answer = try Self.api(stack, "/api/calls?run=live&source=cache&limit=1000")
+        let matched = Int(answer["counts"]?["matched"]?.numberValue ?? -1)
+        #expect(matched > 3)
+        #expect(try browser.waitFor("\(Self.kpiFetches) === '\(matched)'"), "KPI fetches = the \(matched) matching calls")
+        #expect(try browser.waitFor("[...document.querySelectorAll('#histogram g.bin')].reduce((s, g) => s + Number(g.dataset.count), 0) === \(matched)"),
+                "the histogram counts the matching calls")
+        let traces = Set(answer["calls"]?.arrayValue?.compactMap { $0["trace"]?.stringValue } ?? [])
+        let shown = try browser.evaluate("[...document.querySelectorAll('#waterfall g.wf-call')].map((g) => g.dataset.trace)").arrayValue ?? []
+        #expect(!shown.isEmpty && shown.allSatisfy { traces.contains($0.stringValue ?? "") }, "every waterfall row is a matching call")
+        let ends = try browser.evaluate("[...document.querySelectorAll('#tail tbody tr[data-name=\"fetch.end\"] td.attrs')].map((td) => td.textContent)").arrayValue ?? []
+        #expect(!ends.isEmpty && ends.allSatisfy { ($0.stringValue ?? "").contains("source=cache") }, "the tail holds the matching calls' events: \(ends.prefix(3))")
+
+        // Clearing the filters shows every call again.
+        _ = try browser.evaluate("document.querySelector('#f-clear').click()")
+        #expect(try browser.waitFor("[...document.querySelectorAll('#waterfall g.wf-call')].some((g) => g.dataset.source === 'network')"))
+        #expect(try browser.evaluate("location.hash.includes('source=')") == .bool(false))
+    }
+
+    @Test("a bad filter value is refused with a message naming the parameter")
+    func badFilterNamed() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        try Self.setFilter(browser, "f-min", "fast")
+        #expect(try browser.waitFor("!document.querySelector('#filter-error').hidden"))
+        let text = try browser.evaluate("document.querySelector('#filter-error').textContent").stringValue ?? ""
+        #expect(text.contains("minDuration: expected a duration"), "\(text)")
+        try Self.setFilter(browser, "f-min", "1s")
+        #expect(try browser.waitFor("document.querySelector('#filter-error').hidden && document.querySelectorAll('#waterfall g.wf-call').length === 2"),
+                "1 s or longer: the 4.7 s getFlow and the 5 s preload")
+    }
+
+    @Test("clicking a histogram bar, or Enter on it, lists exactly the calls it counts; a listed call opens")
+    func binListsItsCalls() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.05, limit: 60)
+        defer { traffic.stop() }
+        try Self.setFilter(browser, "f-call", "getFlow")
+        #expect(try browser.waitFor("location.hash.includes('callName=getFlow')"))
+        traffic.stop()
+        usleep(1_500_000) // the last calls reach the store and the page refetches
+        let answer = try Self.api(stack, "/api/calls?run=live&call=getFlow&limit=1")
+        let matched = Int(answer["counts"]?["matched"]?.numberValue ?? -1)
+        #expect(try browser.waitFor("[...document.querySelectorAll('#histogram g.bin')].reduce((s, g) => s + Number(g.dataset.count), 0) === \(matched)"))
+
+        // The fullest bin that has an upper edge (not the last one, which holds every longer call too).
+        let bin = try browser.evaluate("""
+            (() => { const bins = [...document.querySelectorAll('#histogram g.bin')].filter((g) => g.dataset.hi !== undefined);
+              bins.sort((a, b) => Number(b.dataset.count) - Number(a.dataset.count)); const g = bins[0];
+              g.scrollIntoView({ block: 'center' }); const r = g.querySelector('.bin-hit').getBoundingClientRect();
+              return { index: g.dataset.index, lo: g.dataset.lo, hi: g.dataset.hi, count: Number(g.dataset.count), x: r.left + r.width / 2, y: r.top + r.height - 3 }; })()
+            """)
+        let count = Int(try #require(bin["count"]?.numberValue))
+        let lo = try #require(bin["lo"]?.stringValue), hi = try #require(bin["hi"]?.stringValue)
+        try browser.click(x: try #require(bin["x"]?.numberValue), y: try #require(bin["y"]?.numberValue))
+        #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden"), "the bin's calls are listed")
+        let listed = try browser.evaluate("[...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => b.dataset.trace)").arrayValue?
+            .compactMap(\.stringValue) ?? []
+        #expect(listed.count == count, "\(listed.count) listed, the bar counts \(count)")
+        let server = try Self.api(stack, "/api/calls?run=live&call=getFlow&minDuration=\(lo)&maxDuration=\(hi)&limit=1000")
+        let expected = server["calls"]?.arrayValue?.compactMap { $0["trace"]?.stringValue } ?? []
+        #expect(Set(listed) == Set(expected) && listed.count == expected.count, "the list is exactly the server's calls of \(lo) <= duration < \(hi)")
+
+        // Keyboard: Escape closes the list, Enter on the focused bar lists it again.
+        try browser.press("Escape")
+        #expect(try browser.waitFor("document.querySelector('#bin-calls').hidden"))
+        _ = try browser.evaluate("document.querySelector('#histogram g.bin[data-index=\"\(bin["index"]?.stringValue ?? "")\"]').focus()")
+        try browser.press("Enter")
+        #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden && document.querySelectorAll('#bin-calls button.bin-call').length === \(count)"))
+
+        // A listed call opens in the call panel.
+        let first = try #require(listed.first)
+        _ = try browser.evaluate("document.querySelector('#bin-calls button.bin-call').click()")
+        #expect(try browser.waitFor("document.querySelector('#trace-detail').dataset.trace === '\(first)' && document.querySelectorAll('#trace-detail tbody tr').length === 4"),
+                "the listed call opened with its 4 events")
+    }
+
+    @Test("a URL with filters and a time range reopens the filtered view; Back returns to the view before the filter")
+    func urlReopensFilteredView() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        defer { traffic.stop() }
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
+        try Self.setFilter(browser, "f-range", "5m")
+        try Self.setFilter(browser, "filter-placement", "main_paywall")
+        try Self.setFilter(browser, "f-targeting", "true")
+        let lostOnly = """
+            (() => { const rows = [...document.querySelectorAll('#waterfall g.wf-call')];
+              return rows.length === 1 && rows[0].dataset.placement === 'main_paywall' && rows[0].dataset.source === 'defaultAudience'; })()
+            """
+        #expect(try browser.waitFor(lostOnly), "the one main_paywall call that lost targeting")
+        let url = try browser.evaluate("location.href").stringValue ?? ""
+        #expect(url.contains("range=5m") && url.contains("placement=main_paywall") && url.contains("targetingLost=true"), "\(url)")
+
+        let other = try DevToolsBrowser(executable: chromium.path)
+        defer { other.close() }
+        try other.open(url)
+        #expect(try other.waitFor("document.body.dataset.ready === 'true' && \(lostOnly)"), "the link reopened the filtered view")
+        #expect(try other.evaluate("[document.querySelector('#f-range').value, document.querySelector('#filter-placement').value, document.querySelector('#f-targeting').value]")
+                == ["5m", "main_paywall", "true"])
+
+        _ = try browser.evaluate("history.back()")
+        #expect(try browser.waitFor("document.querySelector('#f-targeting').value === '' && document.querySelectorAll('#waterfall g.wf-call').length === 2"),
+                "Back: both main_paywall calls")
+        _ = try browser.evaluate("history.back()")
+        _ = try browser.evaluate("history.back()")
+        #expect(try browser.waitFor("document.querySelector('#f-range').value === '' && [...document.querySelectorAll('#waterfall g.wf-call')].some((g) => g.dataset.placement.startsWith('live_'))"),
+                "Back to no filter: every call, live traffic included")
+    }
+
+    @Test("the waterfall axis fits the calls: a long call is cut and marked with its full duration, budgets past the axis are marked, and dragging on the axis zooms until Reset zoom")
+    func zoomAndCut() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var events: [JSONValue] = []
+        for i in 0..<10 { events += DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02) }
+        events += DemoCalls.call(run: "test:zoom", placement: "slow", t: 20, source: "network", duration: 12)
+        _ = try stack.ingest(events)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
+        defer { browser.close() }
+        // Live traffic of another run flows meanwhile.
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        defer { traffic.stop() }
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 11"))
+        let svg = "document.querySelector('#waterfall-chart svg')"
+        let axisMax = try browser.evaluate("Number(\(svg).dataset.axisMax)").numberValue ?? 0
+        #expect(axisMax > 0.28 && axisMax <= 1, "the axis ends near 1.5 x p90 of the calls, not at 12 s: \(axisMax)")
+        #expect(try browser.evaluate("\(svg).dataset.cut") == "1")
+        let slow = "document.querySelector('#waterfall g.wf-call[data-placement=\"slow\"]')"
+        #expect(try browser.evaluate("\(slow).classList.contains('cut')") == .bool(true))
+        #expect(try browser.evaluate("\(slow).querySelector('text.wf-cut').firstChild.nodeValue") == "» 12.0 s", "the cut call says its full duration")
+        #expect(try browser.evaluate("document.querySelectorAll('#waterfall g.wf-call.cut').length") == .number(1), "only the long call is cut")
+        #expect(try browser.evaluate("document.querySelectorAll('#waterfall .wf-budget-cut').length") == .number(11), "every 4.5 s budget runs past the axis")
+        #expect(try browser.evaluate("document.querySelector('#wf-reset-zoom').hidden") == .bool(true))
+
+        // Drag across the axis, from a fifth to three fifths of its track.
+        let strip = try browser.evaluate("""
+            (() => { const r = document.querySelector('#waterfall-chart .wf-zoom-hit'); r.scrollIntoView({ block: 'center' });
+              const b = r.getBoundingClientRect(); return { left: b.left, width: b.width, y: b.top + b.height / 2 }; })()
+            """)
+        let left = try #require(strip["left"]?.numberValue), width = try #require(strip["width"]?.numberValue), y = try #require(strip["y"]?.numberValue)
+        try browser.mouse("mousePressed", x: left + width * 0.2, y: y)
+        try browser.mouse("mouseMoved", x: left + width * 0.4, y: y)
+        try browser.mouse("mouseMoved", x: left + width * 0.6, y: y)
+        try browser.mouse("mouseReleased", x: left + width * 0.6, y: y)
+        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').hidden"), "Reset zoom appears")
+        let zoomed = try browser.evaluate("[Number(\(svg).dataset.axisMin), Number(\(svg).dataset.axisMax)]").arrayValue?.compactMap(\.numberValue) ?? []
+        #expect(zoomed.count == 2 && abs(zoomed[0] - axisMax * 0.2) < axisMax * 0.03 && abs(zoomed[1] - axisMax * 0.6) < axisMax * 0.03,
+                "zoomed to the dragged span: \(zoomed) of 0 ... \(axisMax)")
+        #expect(try browser.evaluate("document.querySelector('#waterfall-note').textContent.startsWith('zoomed to')") == .bool(true))
+        _ = try browser.evaluate("document.querySelector('#wf-reset-zoom').click()")
+        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && Number(\(svg).dataset.axisMax) === \(axisMax)"),
+                "Reset zoom restores the fitted axis")
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
+}
