@@ -533,7 +533,7 @@ function histogramSamples(events) {
   const durations = state.query?.answer?.stats?.durations;
   if (!Array.isArray(durations)) return [];
   return durations.filter((d) => Array.isArray(d) && Number.isFinite(d[0]))
-    .map(([duration, source, trace, placement]) => ({ duration, source: source === 'preload' ? 'other' : source, trace, placement }));
+    .map(([duration, source, trace, placement]) => ({ duration, source, trace, placement }));
 }
 
 function setZoom(zoom) {
@@ -571,6 +571,7 @@ function render({ force = false } = {}) {
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
     onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : state.bin?.index, open: state.bin?.index,
+    axisTitle: queryMode() ? 'call duration (fetches and preloads)' : 'fetch.end duration',
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
   $('#histogram .panel-empty').hidden = samples.length > 0;
@@ -691,7 +692,10 @@ function renderQueryKpis(events) {
   setKpi('timeouts', fmt.count(stats.timeouts), matched ? `${(stats.timeouts / matched).toFixed(2)} per call` : '', stats.timeouts ? 'warn' : '');
   setKpi('targetingLost', fmt.count(stats.targetingLost), matched ? `${fmt.percent(stats.targetingLost, matched)} of calls` : '', stats.targetingLost ? 'warn' : '');
   setKpi('errors', fmt.count(stats.errors), 'fetch + preload', stats.errors ? 'bad' : '');
-  setKpi('rate', fmt.count(events.length), 'events of these calls in page');
+  const minuteAgo = Date.now() - 60000;
+  const recent = events.filter((e) => new Date(e.ts).getTime() >= minuteAgo).length;
+  // The page holds the newest PAGE events of the matching calls: when all are from the last minute, at least that many.
+  setKpi('rate', `${events.length >= PAGE && recent === events.length ? '≥ ' : ''}${fmt.count(recent)}`, 'of the matching calls');
 }
 
 function renderKpis(events) {

@@ -18,7 +18,7 @@ export function percentile(sorted, p) {
  * Space calls `onBin(bin)` with `{index, lo, hi, last, samples}` (the bin holds lo <= duration < hi; the
  * last bin also every longer one), arrow keys move between bins.
  */
-export function renderHistogram(container, samples, { onBin, current, open } = {}) {
+export function renderHistogram(container, samples, { onBin, current, open, axisTitle = 'fetch.end duration' } = {}) {
   clear(container);
   if (!samples.length) return { p50: null, p95: null, count: 0, bins: [] };
   const width = Math.max(container.clientWidth || 480, 320);
@@ -75,7 +75,7 @@ export function renderHistogram(container, samples, { onBin, current, open } = {
     axes.appendChild(svg('text', { x: x(v), y: PAD.top + plotH + 17, class: 'axis-label', 'text-anchor': 'middle' }, fmt.axisDuration(v)));
   }
   axes.appendChild(svg('line', { x1: PAD.left, x2: width - PAD.right, y1: PAD.top + plotH, y2: PAD.top + plotH, class: 'axis-line' }));
-  axes.appendChild(svg('text', { x: PAD.left + plotW / 2, y: height - 3, class: 'axis-title', 'text-anchor': 'middle' }, 'fetch.end duration'));
+  axes.appendChild(svg('text', { x: PAD.left + plotW / 2, y: height - 3, class: 'axis-title', 'text-anchor': 'middle' }, axisTitle));
   root.appendChild(axes);
 
   const bars = svg('g', { class: 'bars' });

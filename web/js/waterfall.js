@@ -115,9 +115,6 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   }
   grid.appendChild(svg('text', { x: 8, y: 14, class: 'axis-label' }, 'call'));
   grid.appendChild(svg('line', { x1: 0, x2: width, y1: AXIS_H, y2: AXIS_H, class: 'axis-line' }));
-  if (cutCount && !zoomed) {
-    grid.appendChild(svg('text', { x: trackX + trackW + 6, y: 14, class: 'axis-label wf-cut' }, `» ${cutCount} cut`));
-  }
   root.appendChild(grid);
   if (onZoom && !fit) root.appendChild(zoomHandle(root, { trackX, trackW, axisMin, axisMax, onZoom }));
 
