@@ -147,6 +147,7 @@ async function selectRun(run, { record = true } = {}) {
   alert.hidden = true;
   state.query = null;
   closeBin();
+  clearZoom();
   const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks(), queryMode() ? runQuery({ render: false }) : null]);
   if (token !== state.loadToken) return;
   if (!loaded) {
@@ -463,7 +464,7 @@ function onFilterChange() {
 /** After the filters changed: back to the live buffer when none is left, else ask the server (even paused). */
 async function filtersApplied() {
   closeBin();
-  state.zoom = null;
+  clearZoom();
   if (!queryMode()) {
     state.query = null;
     showFilterError(null);
@@ -536,6 +537,12 @@ function histogramSamples(events) {
     .map(([duration, source, trace, placement]) => ({ duration, source, trace, placement }));
 }
 
+/** Back to the fitted axis without a redraw (the caller redraws). */
+function clearZoom() {
+  state.zoom = null;
+  $('#wf-reset-zoom').hidden = true;
+}
+
 function setZoom(zoom) {
   state.zoom = zoom;
   $('#wf-reset-zoom').hidden = !zoom;
@@ -564,7 +571,8 @@ function render({ force = false } = {}) {
   renderKpis(events);
 
   renderFilterStatus();
-  renderWaterfallNow();
+  // Forced (a user's change of run, filter or pause): redrawn even under the pointer.
+  renderWaterfallNow({ force });
   renderDetail();
 
   const samples = histogramSamples(events);

@@ -227,7 +227,7 @@ struct DashboardBrowserDebuggerTests {
         #expect(try browser.waitFor("document.querySelector('#offline-banner').hidden && !document.body.classList.contains('is-stale')"))
     }
 
-    @Test("the tail's placement filter keeps the preload events that name the placement (their own placement is null)")
+    @Test("the placement filter keeps in the tail the preload events that name the placement (their own placement is null)")
     func placementFilterKeepsPreloads() throws {
         guard let chromium = Self.chromium() else { return }
         let stack = try DashboardStack()

@@ -188,6 +188,27 @@ struct DashboardBrowserFilterTests {
                 "Back to no filter: every call, live traffic included")
     }
 
+    @Test("the time range keeps the calls of the last hour or 5 minutes, or the run's whole span")
+    func timeRange() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var events: [JSONValue] = []
+        // Three calls two hours ago (their wall clock is now minus 1 s plus t/1000), two now.
+        for i in 0..<3 { events += DemoCalls.call(run: "test:range", placement: "old_\(i)", t: -7_200_000 + Double(i) * 1000, source: "network", duration: 0.1) }
+        for i in 0..<2 { events += DemoCalls.call(run: "test:range", placement: "new_\(i)", t: Double(i), source: "cache", duration: 0.1) }
+        _ = try stack.ingest(events)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Arange")
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.3)
+        defer { traffic.stop() }
+        let rows = "[...document.querySelectorAll('#waterfall g.wf-call')].map((g) => g.dataset.placement).sort().join(' ')"
+        #expect(try browser.waitFor("\(rows) === 'new_0 new_1 old_0 old_1 old_2'"))
+        for (range, expected) in [("1h", "new_0 new_1"), ("span", "new_0 new_1 old_0 old_1 old_2"), ("5m", "new_0 new_1"), ("", "new_0 new_1 old_0 old_1 old_2")] {
+            try Self.setFilter(browser, "f-range", range)
+            #expect(try browser.waitFor("\(rows) === '\(expected)'"), "range \(range.isEmpty ? "all" : range): \(expected)")
+        }
+    }
+
     @Test("the waterfall axis fits the calls: a long call is cut and marked with its full duration, budgets past the axis are marked, and dragging on the axis zooms until Reset zoom")
     func zoomAndCut() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
@@ -231,6 +252,15 @@ struct DashboardBrowserFilterTests {
         _ = try browser.evaluate("document.querySelector('#wf-reset-zoom').click()")
         #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && Number(\(svg).dataset.axisMax) === \(axisMax)"),
                 "Reset zoom restores the fitted axis")
+
+        // A new filter starts from the fitted axis again.
+        try browser.mouse("mousePressed", x: left + width * 0.1, y: y)
+        try browser.mouse("mouseMoved", x: left + width * 0.5, y: y)
+        try browser.mouse("mouseReleased", x: left + width * 0.5, y: y)
+        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').hidden"))
+        try Self.setFilter(browser, "f-min", "0.15")
+        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && document.querySelectorAll('#waterfall g.wf-call').length === 8"),
+                "the 7 calls of 0.16 s or more and the long one, on the fitted axis")
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
 }
