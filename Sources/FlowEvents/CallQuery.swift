@@ -5,6 +5,7 @@ import FlowJSON
 public struct CallSummary: Sendable, Equatable {
     /// The trace id, 32 lowercase hex characters.
     public var trace: String
+    /// The run its events belong to.
     public var run: String
     /// `getFlow`, `getFlowOrDefault`, ... or `preloadFlows` (the `call` attribute of its start or end).
     public var call: String?
@@ -12,10 +13,12 @@ public struct CallSummary: Sendable, Equatable {
     public var placement: String?
     /// The placements a preload names (`placements`, `succeeded`, `failed`); empty for a fetch.
     public var placements: [String] = []
-    /// fetch.end's source, audience, variation and targetingLost.
+    /// fetch.end's source (`network`, `cache`, `defaultAudience`, `fallbackFile`); nil for an error or a preload.
     public var source: String?
+    /// fetch.end's audience and variation.
     public var audience: String?
     public var variation: String?
+    /// fetch.end's targetingLost.
     public var targetingLost = false
     /// fetch.end's (or an aborted preload's) error code, nil when it has none.
     public var errorCode: JSONValue?
@@ -25,16 +28,19 @@ public struct CallSummary: Sendable, Equatable {
     public var duration: Double?
     /// Wall clock of the call's first event (its start when held), seconds since 1970.
     public var start: Double
-    /// Engine clock of the first and last event held.
+    /// Engine clock of the start (else the first event held) and of the last event held.
     public var startT: Double
     public var endT: Double
-    /// Whether the start and the end event are held.
+    /// Whether its start event (fetch.start, preload.start) is held.
     public var hasStart = false
+    /// Whether its end event (fetch.end, preload.end) is held.
     public var finished = false
+    /// timeout, fallback and request.start events, and all its events held.
     public var timeouts = 0
     public var fallbacks = 0
     public var requests = 0
     public var events = 0
+    /// Seq of its first and last event held.
     public var firstSeq: UInt64
     public var lastSeq: UInt64
 
@@ -155,14 +161,18 @@ public struct CallSummary: Sendable, Equatable {
 /// Every filter is optional; a call must pass all that are set. `placement` matches a preload's calls
 /// and events when the preload names the placement (its own placement is null).
 public struct CallFilter: Sendable, Equatable {
+    /// The run.
     public var run: String?
+    /// The call's placement, or one its preload names.
     public var placement: String?
     /// The call's name: `getFlow`, `getFlowOrDefault`, `preloadFlows`, ...
     public var call: String?
+    /// fetch.end's source, audience, variation and targetingLost, exactly.
     public var source: String?
     public var audience: String?
     public var variation: String?
     public var targetingLost: Bool?
+    /// A code, any error, or none.
     public var errorCode: ErrorCodeFilter?
     /// At least `minDuration`, shorter than `maxDuration`, seconds.
     public var minDuration: Double?
@@ -185,6 +195,7 @@ public struct CallFilter: Sendable, Equatable {
         case code(String)
     }
 
+    /// No filter: every call.
     public init() {}
 
     /// The query parameters it reads, besides `since`, `limit` and `name`.
@@ -322,7 +333,9 @@ public struct CallFilter: Sendable, Equatable {
 
 /// A bad query parameter: which one, what was expected, what came.
 public struct CallQueryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The parameter's name, e.g. `minDuration`.
     public var parameter: String
+    /// `minDuration: expected ..., got "..."`.
     public var message: String
     /// "`parameter`: expected `expected`, got \"`got`\"".
     public init(_ parameter: String, _ expected: String, _ got: String) {
@@ -337,6 +350,7 @@ public struct CallQueryError: Error, Sendable, Equatable, CustomStringConvertibl
 public struct CallQuery: Sendable {
     /// Most events read per query.
     public var window: Int
+    /// A query reading at most `window` events (at least 1).
     public init(window: Int = 20_000) { self.window = max(1, window) }
 
     /// The answer to a calls query.

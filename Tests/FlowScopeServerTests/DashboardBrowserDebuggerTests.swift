@@ -271,7 +271,8 @@ struct DashboardBrowserDebuggerTests {
               const panel = rgb(getComputedStyle(document.querySelector('.panel')).backgroundColor);
               const out = {};
               for (const [name, selector, prop] of [['secondary', '.kpi-sub', 'color'], ['axis', '#waterfall .axis-label', 'fill'],
-                  ['ok', '#waterfall .out-ok-text', 'fill'], ['warn', '#waterfall .wf-flag', 'fill'], ['warnKpi', '.kpi[data-tone=warn] .kpi-value', 'color']]) {
+                  ['ok', '#waterfall .out-ok-text', 'fill'], ['warn', '#waterfall .wf-flag', 'fill'], ['warnKpi', '.kpi[data-tone=warn] .kpi-value', 'color'],
+                  ['filterStatus', '#filter-status', 'color']]) {
                 const node = document.querySelector(selector);
                 out[name] = node ? Math.round(ratio(rgb(getComputedStyle(node)[prop]), panel) * 100) / 100 : -1;
               }
@@ -281,7 +282,7 @@ struct DashboardBrowserDebuggerTests {
             try browser.emulate(colorScheme: scheme)
             usleep(200_000)
             let measured = try browser.evaluate(ratios)
-            for name in ["secondary", "axis", "ok", "warn", "warnKpi"] {
+            for name in ["secondary", "axis", "ok", "warn", "warnKpi", "filterStatus"] {
                 let value = measured[name]?.numberValue ?? -1
                 #expect(value >= 4.5, "\(scheme) \(name): \(value):1 (\(measured.jsonText))")
             }
