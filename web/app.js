@@ -583,6 +583,7 @@ function render({ force = false } = {}) {
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
   $('#histogram .panel-empty').hidden = samples.length > 0;
+  $('#histogram .panel-empty').textContent = queryMode() ? 'No finished call matches these filters.' : 'No fetch.end events in this run yet.';
   $('#histogram-note').textContent = !samples.length ? ''
     : queryMode() ? `${fmt.count(h.count)} matching calls · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`
       : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`;
@@ -611,7 +612,9 @@ function renderWaterfallNow({ force = false } = {}) {
     selected: state.selected?.trace, current: focused ?? state.wfCurrent, zoom: state.zoom, onZoom: (from, to) => setZoom([from, to]),
   });
   if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
-  wf.querySelector(':scope > .panel-empty').hidden = calls.length > 0;
+  const empty = wf.querySelector(':scope > .panel-empty');
+  empty.hidden = calls.length > 0;
+  empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
   const cut = Number(root?.dataset.cut ?? 0);
   $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])}`
     : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · drag on the axis to zoom` : 'drag on the axis to zoom';

@@ -302,11 +302,10 @@ public struct CallFilter: Sendable, Equatable {
         if let targetingLost, c.targetingLost != targetingLost { return false }
         switch errorCode {
         case nil: break
-        case .any?: if !c.isError { return false }
-        case .none?: if c.isError { return false }
+        case .any?: if failures(of: c).isEmpty { return false }
+        case .none?: if !failures(of: c).isEmpty { return false }
         case .code(let code)?:
-            let codes = ([c.errorCode].compactMap { $0 } + c.failed.values).map { $0.stringValue ?? $0.jsonText }
-            if !codes.contains(code) { return false }
+            if !failures(of: c).contains(where: { ($0.stringValue ?? $0.jsonText) == code }) { return false }
         }
         if minDuration != nil || maxDuration != nil {
             guard let d = c.duration else { return false }
@@ -318,6 +317,14 @@ public struct CallFilter: Sendable, Equatable {
         if let to, c.start > to { return false }
         if let text, !c.searchText(events: events).contains(text) { return false }
         return true
+    }
+
+    /// The call's error codes as this filter sees them: its own error code, and the codes of a
+    /// preload's failed placements (with `placement` set, that placement's only).
+    public func failures(of c: CallSummary) -> [JSONValue] {
+        var codes = c.errorCode.map { [$0] } ?? []
+        if let placement { codes += c.failed[placement].map { [$0] } ?? [] } else { codes += c.failed.keys.sorted().compactMap { c.failed[$0] } }
+        return codes
     }
 
     /// Whether an event passes the event-level filters: its placement, or a preload's naming of it.
@@ -392,11 +399,13 @@ public struct CallQuery: Sendable {
         var durations: [(duration: Double, source: String, trace: String, placement: String?)] = []
         for c in matched {
             if let s = c.source, c.errorCode == nil { sources[s, default: 0] += 1 }
-            errors += c.failed.isEmpty ? (c.errorCode == nil ? 0 : 1) : c.failed.count
+            // A preload counts each failed placement (of the filter's placement only, when it has one).
+            let failures = filter.failures(of: c)
+            errors += c.failed.isEmpty ? failures.count : failures.count - (c.errorCode == nil ? 0 : 1)
             timeouts += c.timeouts
             if c.targetingLost { lost += 1 }
             if c.finished, let d = c.duration {
-                let kind = c.isError ? "error" : c.call?.hasPrefix("preload") == true ? "preload" : (c.source ?? "other")
+                let kind = !failures.isEmpty ? "error" : c.call?.hasPrefix("preload") == true ? "preload" : (c.source ?? "other")
                 durations.append((d, kind, c.trace, c.placement ?? c.placements.first))
             }
         }

@@ -155,6 +155,25 @@ struct CallQueryTests {
         #expect(Self.get(r, "/api/calls", [("limit", "5000")]).body["calls"]?.arrayValue?.count == 7, "limit over 1000 is capped, not refused")
     }
 
+    @Test("a preload of two placements, one failed: with a placement filter, only that placement's failure counts")
+    func preloadFailurePerPlacement() throws {
+        let memory = MemorySink()
+        var b = Builder()
+        let trace = b.preload(at: 0, placements: ["home", "upsell"], failed: ["upsell": 2005], duration: 1)
+        memory.consume(try b.envelopes())
+        let r = Self.router(memory)
+        #expect(Self.traces(r, [("placement", "home")]) == [trace], "the preload names home")
+        #expect(Self.traces(r, [("placement", "home"), ("errorCode", "any")]) == [], "home did not fail")
+        #expect(Self.traces(r, [("placement", "home"), ("errorCode", "none")]) == [trace])
+        #expect(Self.traces(r, [("placement", "upsell"), ("errorCode", "2005")]) == [trace])
+        #expect(Self.traces(r, [("errorCode", "2005")]) == [trace])
+        func stats(_ query: [(String, String)]) -> JSONValue? { Self.get(r, "/api/calls", query).body["stats"] }
+        #expect(stats([("placement", "home")])?["errors"] == 0)
+        #expect(stats([("placement", "home")])?["durations"] == [[1, "preload", .string(trace), "home"]])
+        #expect(stats([("placement", "upsell")])?["errors"] == 1)
+        #expect(stats([])?["durations"] == [[1, "error", .string(trace), "home"]])
+    }
+
     @Test("durations accept seconds, 300ms, 2s and minutes; times accept ISO 8601, epoch seconds and -5m/-1h relative to now")
     func valueForms() {
         #expect(CallFilter.parseDuration("0.3") == 0.3)
@@ -262,12 +281,23 @@ struct Builder {
 
     /// A preload of one placement that failed with `failedCode`.
     mutating func preload(at: Double, placement: String, duration: Double, failedCode: Int) -> String {
-        let trace = hex(32), root = hex(16), batch = hex(16)
-        add("live", trace, root, "preload.start", nil, at, 0, ["call": "preloadFlows", "placements": [.string(placement)], "loadTimeout": 5])
-        add("live", trace, batch, "request.start", placement, at, 0, ["kind": "default", "timeout": 5])
-        add("live", trace, batch, "request.end", placement, at, duration, ["kind": "default", "outcome": "timeout", "duration": .number(duration)])
-        add("live", trace, root, "preload.end", nil, at, duration, ["call": "preloadFlows", "succeeded": [], "failed": [placement: .number(Double(failedCode))],
-                                                                   "duration": .number(duration)])
+        preload(at: at, placements: [placement], failed: [placement: failedCode], duration: duration)
+    }
+
+    /// A preload of `placements`, one request each; those in `failed` failed with their code.
+    mutating func preload(at: Double, placements: [String], failed: [String: Int], duration: Double) -> String {
+        let trace = hex(32), root = hex(16)
+        add("live", trace, root, "preload.start", nil, at, 0, ["call": "preloadFlows", "placements": .array(placements.map(JSONValue.string)), "loadTimeout": 5])
+        for p in placements {
+            let span = hex(16)
+            add("live", trace, span, "request.start", p, at, 0, ["kind": "targeted", "timeout": 5])
+            add("live", trace, span, "request.end", p, at, duration, ["kind": "targeted", "outcome": failed[p] == nil ? "ok" : "timeout",
+                                                                     "duration": .number(duration)])
+        }
+        add("live", trace, root, "preload.end", nil, at, duration, [
+            "call": "preloadFlows", "succeeded": .array(placements.filter { failed[$0] == nil }.map(JSONValue.string)),
+            "failed": .object(failed.mapValues { .number(Double($0)) }), "duration": .number(duration),
+        ])
         return trace
     }
 
