@@ -86,7 +86,7 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.evaluate("location.hash.includes('source=')") == .bool(false))
     }
 
-    @Test("a bad filter value is refused with a message naming the parameter")
+    @Test("a bad filter value is refused with a message naming the parameter; a filter nothing matches says so")
     func badFilterNamed() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         let stack = try DashboardStack()
@@ -100,6 +100,10 @@ struct DashboardBrowserFilterTests {
         try Self.setFilter(browser, "f-min", "1s")
         #expect(try browser.waitFor("document.querySelector('#filter-error').hidden && document.querySelectorAll('#waterfall g.wf-call').length === 2"),
                 "1 s or longer: the 4.7 s getFlow and the 5 s preload")
+        try Self.setFilter(browser, "f-audience", "nobody")
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 0 && !document.querySelector('#waterfall > .panel-empty').hidden"))
+        #expect(try browser.evaluate("document.querySelector('#waterfall > .panel-empty').textContent") == "No call matches these filters.")
+        #expect(try browser.evaluate("document.querySelector('#filter-status').textContent.startsWith('0 of 4 calls match')") == .bool(true))
     }
 
     @Test("clicking a histogram bar, or Enter on it, lists exactly the calls it counts; a listed call opens")
