@@ -79,13 +79,6 @@ class Browser:
             time.sleep(0.1)
         raise RuntimeError(f"timed out waiting for {expression}")
 
-    def shot(self, path, height):
-        data = self.command("Page.captureScreenshot", {"format": "png", "clip": {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1},
-                                                      "captureBeyondViewport": True})["data"]
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-        print(f"wrote {path}")
-
     def close(self):
         self.process.kill()
         self.process.wait()
@@ -95,18 +88,25 @@ class Browser:
 READY = "document.body.dataset.ready === 'true' && document.querySelector('#conn-state').dataset.state === 'open'"
 
 
-def view(executable, url, path, height, setup=None):
+def capture(executable, url, path, height, action=None, scroll_to=None):
+    """Opens `url`, lets a few live updates in, pauses, runs `action` (JavaScript), scrolls `scroll_to`
+    (a selector) under the top bar, and writes the viewport as a PNG."""
     browser = Browser(executable)
     try:
         browser.open(url, height=height)
         browser.wait_for(READY)
-        time.sleep(2.5)  # a few live updates
-        if setup:
-            setup(browser)
+        time.sleep(2.5)
         browser.evaluate("document.querySelector('#pause').click()")
+        if action:
+            browser.evaluate(action)
         time.sleep(0.5)
-        browser.evaluate("window.scrollTo(0, 0)")
-        browser.shot(path, height)
+        top = browser.evaluate(f"document.querySelector('{scroll_to}').getBoundingClientRect().top + window.scrollY - 70") if scroll_to else 0
+        browser.evaluate(f"window.scrollTo(0, {top})")
+        time.sleep(0.3)
+        data = browser.command("Page.captureScreenshot", {"format": "png"})["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+        print(f"wrote {path}")
     finally:
         browser.close()
 
@@ -119,54 +119,18 @@ def main():
         sys.exit("chromium not found (set FLOWSCOPE_CHROMIUM)")
     os.makedirs(out, exist_ok=True)
 
-    view(executable, f"{base}/#run=live", f"{out}/dashboard-overview.png", 1500)
-    view(executable, f"{base}/#run=live&range=5m&placement=main_paywall&minDuration=300ms", f"{out}/dashboard-filtered.png", 1500)
-
-    def shot_call(browser_path):
-        browser = Browser(executable)
-        try:
-            browser.open(f"{base}/#run=live&errorCode=none&minDuration=1s", height=1100)
-            browser.wait_for(READY)
-            time.sleep(2.5)
-            browser.evaluate("document.querySelector('#pause').click()")
-            # The newest slow call: its stages, requests, budgets and events on its own time scale.
-            browser.evaluate("document.querySelector('#waterfall g.wf-call').dispatchEvent(new MouseEvent('click', { bubbles: true }))")
-            browser.wait_for("!document.querySelector('#trace-detail').hidden")
-            time.sleep(0.5)
-            top = browser.evaluate("document.querySelector('#waterfall').getBoundingClientRect().top + window.scrollY")
-            browser.evaluate(f"window.scrollTo(0, {top} - 70)")
-            time.sleep(0.3)
-            data = browser.command("Page.captureScreenshot", {"format": "png"})["data"]
-            with open(browser_path, "wb") as f:
-                f.write(base64.b64decode(data))
-            print(f"wrote {browser_path}")
-        finally:
-            browser.close()
-
-    shot_call(f"{out}/dashboard-call.png")
-
-    def shot_bin(path):
-        browser = Browser(executable)
-        try:
-            browser.open(f"{base}/#run=live&range=1h", height=1000)
-            browser.wait_for(READY)
-            time.sleep(2.5)
-            browser.evaluate("document.querySelector('#pause').click()")
-            browser.evaluate("""(() => { const bins = [...document.querySelectorAll('#histogram g.bin')];
+    capture(executable, f"{base}/#run=live", f"{out}/dashboard-overview.png", 1500)
+    capture(executable, f"{base}/#run=live&range=5m&placement=main_paywall&minDuration=300ms", f"{out}/dashboard-filtered.png", 1500)
+    # The newest call of a second or more without an error: its requests, budgets and events on its own scale.
+    capture(executable, f"{base}/#run=live&errorCode=none&minDuration=1s", f"{out}/dashboard-call.png", 1100,
+            action="document.querySelector('#waterfall g.wf-call').dispatchEvent(new MouseEvent('click', { bubbles: true }))",
+            scroll_to="#waterfall")
+    # The second fullest bar of the last hour's histogram, its calls listed.
+    capture(executable, f"{base}/#run=live&range=1h", f"{out}/dashboard-histogram.png", 1000,
+            action="""(() => { const bins = [...document.querySelectorAll('#histogram g.bin')];
               bins.sort((a, b) => Number(b.dataset.count) - Number(a.dataset.count));
-              bins[Math.min(1, bins.length - 1)].dispatchEvent(new MouseEvent('click', { bubbles: true })); })()""")
-            browser.wait_for("!document.querySelector('#bin-calls').hidden")
-            top = browser.evaluate("document.querySelector('#histogram').getBoundingClientRect().top + window.scrollY")
-            browser.evaluate(f"window.scrollTo(0, {top} - 70)")
-            time.sleep(0.3)
-            data = browser.command("Page.captureScreenshot", {"format": "png"})["data"]
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(data))
-            print(f"wrote {path}")
-        finally:
-            browser.close()
-
-    shot_bin(f"{out}/dashboard-histogram.png")
+              bins[Math.min(1, bins.length - 1)].dispatchEvent(new MouseEvent('click', { bubbles: true })); })()""",
+            scroll_to="#histogram")
 
 
 if __name__ == "__main__":
