@@ -24,6 +24,13 @@ public protocol EventStore: Sendable {
     /// Calls `handler` with every batch of new events, in seq order, until the returned function
     /// is called.
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void
+    /// Whether the store knows run `id` (by default: `runJSON(id:)` is not nil).
+    func holdsRun(_ id: String) -> Bool
+}
+
+extension EventStore {
+    /// `runJSON(id:) != nil`; stores with a cheaper lookup implement their own.
+    public func holdsRun(_ id: String) -> Bool { runJSON(id: id) != nil }
 }
 
 extension Envelope {

@@ -6,6 +6,7 @@ import FlowSim
 import Foundation
 import MemorySink
 import MetricsSink
+import SQLiteSink
 
 /// Everything `flowscope serve` runs: sinks from the config, the pipeline, the HTTPS server with the
 /// dashboard API, the live stream, and demo traffic. Tests start it in-process on port 0.
@@ -14,6 +15,9 @@ final class ServeStack: Sendable {
     let pipeline: EventPipeline
     let metrics: MetricsSink
     let memory: MemorySink
+    /// What the dashboard API reads: the memory sink, layered over the first sqlite sink when the
+    /// config has one (runs it stored before a restart, or that memory forgot, stay viewable).
+    let store: any EventStore
     let hub: SSEHub
     let token: AuthToken
     let tls: TLSMaterial?
@@ -88,9 +92,15 @@ final class ServeStack: Sendable {
         hub = SSEHub(replay: DashboardAPI.replay(store: memory))
         unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
 
+        if let archive = sinks.lazy.compactMap({ $0 as? SQLiteSink }).first {
+            store = LayeredEventStore(primary: memory, archive: archive)
+        } else {
+            store = memory
+        }
+
         let pipeline = self.pipeline
         let router = DashboardAPI.router(
-            pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
+            pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
             hub: hub, web: web,
             simulations: SimulationStore(directory: stateDir + "/simulations").runs,
             ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst))

@@ -96,7 +96,7 @@ struct ReliabilityCrashTests {
         #expect(previousCount > 0, "demo traffic wrote nothing")
         // Every stored row reads back as a valid envelope through the sink itself.
         let sink = try SQLiteSink(path: db)
-        let events = try sink.events(limit: 100_000)
+        let events = try sink.storedEvents(limit: 100_000).map(\.envelope)
         #expect(events.count == previousCount)
         #expect(events.allSatisfy { $0.run == "live" && ISO8601.validRange.contains($0.ts) })
     }
