@@ -29,9 +29,30 @@ struct RunTotals: Sendable {
     }
 }
 
-/// The per-run totals, nil until first asked for and after retention deleted rows.
+/// The per-run totals, nil until first asked for and when they could not be kept up to date.
 struct RunTotalsCache: Sendable {
     var runs: [String: RunTotals]?
+}
+
+/// What a run's totals were when its details were counted: the details are valid while they match.
+struct RunStamp: Sendable, Equatable {
+    var events: Int
+    var firstTs: Double
+    var lastTs: Double
+    init(_ t: RunTotals) { events = t.events; firstTs = t.firstTs; lastTs = t.lastTs }
+}
+
+/// The placements and counts by name of the last few runs asked for (a stored run does not change
+/// while it is viewed, and the dashboard asks for them again every second while events arrive).
+struct RunDetailCache: Sendable {
+    struct Entry: Sendable {
+        var stamp: RunStamp
+        var placements: [JSONValue]?
+        var byName: [String: JSONValue]?
+    }
+    var entries: [String: Entry] = [:]
+    /// Most runs kept.
+    static let limit = 8
 }
 
 /// The dashboard API's view of the stored events (`EventStore`), so runs survive a restart.
@@ -82,7 +103,7 @@ extension SQLiteSink: EventStore {
     /// `{"run": ..., "placements": [...]}` from the stored rows of `run` (nil: every run merged,
     /// which reads the whole file).
     public func placementsJSON(run: String?) -> JSONValue {
-        ["run": run.map(JSONValue.string) ?? .null, "placements": .array(placementSummaries(run: run))]
+        ["run": run.map(JSONValue.string) ?? .null, "placements": .array(run.map(cachedPlacements) ?? placementSummaries(run: nil))]
     }
 
     /// Each stored run's summary (`{"id","kind","firstTs","lastTs","events","fetches","errors"}`),
@@ -95,11 +116,59 @@ extension SQLiteSink: EventStore {
     /// `{"run": <summary>, "placements": [...], "eventsByName": {...}}`, nil for a run not stored.
     public func runJSON(id: String) -> JSONValue? {
         guard let run = totals()[id] else { return nil }
+        return ["run": Self.summaryJSON(id: id, run), "placements": .array(cachedPlacements(id)),
+                "eventsByName": .object(cachedCounts(id))]
+    }
+
+    /// Whether the store holds events of run `id`.
+    public func holdsRun(_ id: String) -> Bool { totals()[id] != nil }
+
+    /// Delivers nothing (the archive has no live feed); the returned function does nothing.
+    public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void { {} }
+
+    /// The last failed query of this view, if any (the query answered empty).
+    public var lastQueryError: SQLiteSinkError? { queryError.withLock { $0.last } }
+
+    // MARK: - Internals
+
+    /// The run's placements, counted again only when its totals changed since.
+    private func cachedPlacements(_ run: String) -> [JSONValue] {
+        cached(run, \.placements) { placementSummaries(run: run) }
+    }
+
+    /// The run's events by name, counted again only when its totals changed since.
+    private func cachedCounts(_ run: String) -> [String: JSONValue] {
+        cached(run, \.byName) { countsByName(run: run) }
+    }
+
+    private func cached<T>(_ run: String, _ field: WritableKeyPath<RunDetailCache.Entry, T?>, count: () -> T) -> T {
+        guard let totals = totals()[run] else { return count() }
+        let stamp = RunStamp(totals)
+        if let entry = runDetails.withLock({ $0.entries[run] }), entry.stamp == stamp, let value = entry[keyPath: field] {
+            return value
+        }
+        let errorsBefore = queryErrors
+        let value = count()
+        // A failed query answered empty: not kept.
+        guard queryErrors == errorsBefore else { return value }
+        runDetails.withLock { cache in
+            var entry = cache.entries[run].flatMap { $0.stamp == stamp ? $0 : nil } ?? RunDetailCache.Entry(stamp: stamp)
+            entry[keyPath: field] = value
+            if cache.entries[run] == nil, cache.entries.count >= RunDetailCache.limit, let any = cache.entries.keys.first {
+                cache.entries[any] = nil
+            }
+            cache.entries[run] = entry
+        }
+        return value
+    }
+
+    /// Events of `run` by name.
+    private func countsByName(run: String) -> [String: JSONValue] {
         var byName: [String: JSONValue] = [:]
         do throws(SQLiteSinkError) {
             try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
                 let stmt = try db.prepare("SELECT name, count(*) FROM events WHERE run = ?1 GROUP BY name")
-                stmt.bind(1, id)
+                stmt.bind(1, run)
                 while true {
                     let rc = sqlite3_step(stmt.raw)
                     if rc == SQLITE_DONE { break }
@@ -110,22 +179,18 @@ extension SQLiteSink: EventStore {
         } catch {
             noteQueryError(error)
         }
-        return ["run": Self.summaryJSON(id: id, run), "placements": .array(placementSummaries(run: id)),
-                "eventsByName": .object(byName)]
+        return byName
     }
 
-    /// Whether the store holds events of run `id`.
-    public func holdsRun(_ id: String) -> Bool { totals()[id] != nil }
+    func noteQueryError(_ error: SQLiteSinkError) {
+        queryError.withLock {
+            $0.last = error
+            $0.count += 1
+        }
+    }
 
-    /// Delivers nothing (the archive has no live feed); the returned function does nothing.
-    public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void { {} }
-
-    /// The last failed query of this view, if any (the query answered empty).
-    public var lastQueryError: SQLiteSinkError? { queryError.withLock { $0 } }
-
-    // MARK: - Internals
-
-    func noteQueryError(_ error: SQLiteSinkError) { queryError.withLock { $0 = error } }
+    /// Failed queries so far.
+    var queryErrors: Int { queryError.withLock { $0.count } }
 
     /// Called under the writer's lock after `rows` were committed: counts them into the totals.
     func noteStored(_ rows: ArraySlice<Envelope>) {
@@ -137,8 +202,53 @@ extension SQLiteSink: EventStore {
         }
     }
 
-    /// Called under the writer's lock after retention deleted rows: the totals are counted again.
-    func forgetRunTotals() { runTotals.withLock { $0.runs = nil } }
+    /// Called under the writer's lock before retention deletes the rows older than `cutoff`: their
+    /// totals per run (read through the writer's connection, using the `ts` index, so only the rows
+    /// being deleted are read), nil when the totals are not kept or cannot be read.
+    func totalsLeaving(before cutoff: Double, on db: Connection) -> [String: RunTotals]? {
+        guard runTotals.withLock({ $0.runs != nil }) else { return nil }
+        do throws(SQLiteSinkError) {
+            return try Self.countTotals(on: db, where: "INDEXED BY events_ts WHERE ts < ?1", cutoff: cutoff)
+        } catch {
+            noteQueryError(error)
+            runTotals.withLock { $0.runs = nil }
+            return nil
+        }
+    }
+
+    /// Called under the writer's lock after retention deleted the rows older than `cutoff`: takes
+    /// `leaving` out of the totals; a run with rows left gets its oldest remaining `ts` as `firstTs`.
+    /// Without `leaving` the totals are dropped (counted again when next asked for).
+    func subtractFromRunTotals(_ leaving: [String: RunTotals]?, cutoff: Double, on db: Connection) {
+        guard let leaving, var runs = runTotals.withLock({ $0.runs }) else {
+            runTotals.withLock { $0.runs = nil }
+            return
+        }
+        do throws(SQLiteSinkError) {
+            // The `ts` index from the cutoff on: the first row of the run is the oldest one left.
+            let oldest = try db.prepare("SELECT ts FROM events WHERE ts >= ?1 AND +run = ?2 ORDER BY ts LIMIT 1")
+            for (run, gone) in leaving {
+                guard var t = runs[run] else { continue }
+                t.events -= gone.events
+                t.fetches -= gone.fetches
+                t.errors -= gone.errors
+                if t.events <= 0 {
+                    runs[run] = nil
+                    continue
+                }
+                oldest.reset()
+                oldest.bind(1, cutoff)
+                oldest.bind(2, run)
+                if sqlite3_step(oldest.raw) == SQLITE_ROW { t.firstTs = oldest.double(0) }
+                oldest.reset()
+                runs[run] = t
+            }
+            runTotals.withLock { $0.runs = runs }
+        } catch {
+            noteQueryError(error)
+            runTotals.withLock { $0.runs = nil }
+        }
+    }
 
     /// The per-run totals; counted from the file (holding the writer's lock, so no batch is
     /// committed meanwhile and none is counted twice) when not known.
@@ -159,59 +269,114 @@ extension SQLiteSink: EventStore {
 
     private func countRunTotals() throws(SQLiteSinkError) -> [String: RunTotals] {
         try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [String: RunTotals] in
-            let stmt = try db.prepare("""
-                SELECT run, count(*), min(ts), max(ts), sum(name = 'fetch.end'),
-                  sum(CASE WHEN NOT json_valid(attrs) THEN 0
-                           WHEN name = 'fetch.end' AND json_extract(attrs, '$.errorCode') IS NOT NULL THEN 1
-                           WHEN name = 'preload.end' AND json_type(attrs, '$.failed') = 'object'
-                             THEN (SELECT count(*) FROM json_each(attrs, '$.failed'))
-                           ELSE 0 END)
-                FROM events GROUP BY run
-                """)
-            var out: [String: RunTotals] = [:]
-            while true {
-                let rc = sqlite3_step(stmt.raw)
-                if rc == SQLITE_DONE { break }
-                guard rc == SQLITE_ROW else { throw db.error("counting runs", rc) }
-                var t = RunTotals(firstTs: stmt.double(2), lastTs: stmt.double(3))
-                t.events = Int(stmt.int64(1))
-                t.fetches = Int(stmt.int64(4))
-                t.errors = Int(stmt.int64(5))
-                out[stmt.text(0) ?? ""] = t
-            }
-            return out
+            try Self.countTotals(on: db, where: "", cutoff: nil)
         }
     }
 
-    /// The placement summaries of `run` (nil: all runs), sorted by placement, from its fetch.end,
-    /// timeout and preload.end rows in write order.
+    /// The totals per run of the rows matching `filter` (`WHERE ...`, with `cutoff` bound to ?1).
+    static func countTotals(on db: Connection, where filter: String, cutoff: Double?) throws(SQLiteSinkError) -> [String: RunTotals] {
+        let stmt = try db.prepare("""
+            SELECT run, count(*), min(ts), max(ts), sum(name = 'fetch.end'),
+              sum(CASE name
+                    WHEN 'fetch.end' THEN
+                      CASE WHEN json_valid(attrs) THEN json_extract(attrs, '$.errorCode') IS NOT NULL ELSE 0 END
+                    WHEN 'preload.end' THEN
+                      CASE WHEN NOT json_valid(attrs) THEN 0
+                           WHEN json_type(attrs, '$.failed') = 'object' THEN (SELECT count(*) FROM json_each(attrs, '$.failed'))
+                           ELSE 0 END
+                    ELSE 0 END)
+            FROM events \(filter) GROUP BY run
+            """)
+        if let cutoff { stmt.bind(1, cutoff) }
+        var out: [String: RunTotals] = [:]
+        while true {
+            let rc = sqlite3_step(stmt.raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw db.error("counting runs", rc) }
+            var t = RunTotals(firstTs: stmt.double(2), lastTs: stmt.double(3))
+            t.events = Int(stmt.int64(1))
+            t.fetches = Int(stmt.int64(4))
+            t.errors = Int(stmt.int64(5))
+            out[stmt.text(0) ?? ""] = t
+        }
+        return out
+    }
+
+    /// The placement summaries of `run` (nil: all runs), sorted by placement, counted in SQL from
+    /// its fetch.end and timeout rows (attributes read with SQLite's JSON functions), and from its
+    /// preload.end rows in write order.
     private func placementSummaries(run: String?) -> [JSONValue] {
         var placements: [String: PlacementTotals] = [:]
+        // With a run, its index (`+` keeps SQLite from choosing the much larger set of one event name).
+        let filter = run == nil ? "" : "run = ?1 AND +"
         do throws(SQLiteSinkError) {
             try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
-                let filter = run == nil ? "" : "run = ?1 AND "
-                let stmt = try db.prepare("""
-                    SELECT id, ts, name, placement, attrs FROM events
-                    WHERE \(filter)name IN ('fetch.end', 'timeout', 'preload.end') ORDER BY id
-                    """)
-                stmt.bind(1, run)
-                while true {
-                    let rc = sqlite3_step(stmt.raw)
-                    if rc == SQLITE_DONE { break }
-                    guard rc == SQLITE_ROW else { throw db.error("reading placements", rc) }
-                    guard let attrs = stmt.text(4).flatMap(decodeAttrs) else { continue }
-                    let placement = stmt.text(3) ?? "_none"
-                    switch stmt.text(2) {
-                    case "fetch.end":
-                        placements[placement, default: PlacementTotals()].addFetch(attrs)
-                    case "timeout":
-                        placements[placement, default: PlacementTotals()].timeouts += 1
-                    default:
-                        guard let failed = attrs["failed"]?.objectValue else { break }
-                        let error = (ts: stmt.double(1), seq: UInt64(stmt.int64(0)))
-                        for (name, code) in failed {
-                            placements[name, default: PlacementTotals()].lastPreloadError = (code, error.ts, error.seq)
-                        }
+                /// Runs `sql` with the run bound to ?1, calling `row` for each result row.
+                func each(_ sql: String, _ row: (Statement) -> Void) throws(SQLiteSinkError) {
+                    let stmt = try db.prepare(sql)
+                    stmt.bind(1, run)
+                    while true {
+                        let rc = sqlite3_step(stmt.raw)
+                        if rc == SQLITE_DONE { return }
+                        guard rc == SQLITE_ROW else { throw db.error("reading placements", rc) }
+                        row(stmt)
+                    }
+                }
+                // Fetches, errors (a non-null errorCode) and targeting lost per placement.
+                try each("""
+                    SELECT coalesce(placement, '_none'), count(*),
+                      sum(CASE WHEN json_valid(attrs) THEN json_extract(attrs, '$.errorCode') IS NOT NULL ELSE 0 END),
+                      sum(CASE WHEN json_valid(attrs) THEN json_type(attrs, '$.targetingLost') = 'true' ELSE 0 END)
+                    FROM events WHERE \(filter)name = 'fetch.end' GROUP BY 1
+                    """) { row in
+                    var p = PlacementTotals()
+                    p.fetches = Int(row.int64(1))
+                    p.errors = Int(row.int64(2))
+                    p.targetingLost = Int(row.int64(3))
+                    placements[row.text(0) ?? "_none"] = p
+                }
+                // Successful fetches by source; the first 16 sources to appear are kept, later ones
+                // fold into `_other`.
+                var sources: [String: [(source: String, count: Int, first: Int64)]] = [:]
+                try each("""
+                    SELECT p, s, count(*), min(id) FROM (
+                      SELECT id, coalesce(placement, '_none') AS p,
+                        CASE WHEN NOT json_valid(attrs) THEN NULL
+                             WHEN json_extract(attrs, '$.errorCode') IS NOT NULL THEN NULL
+                             WHEN json_type(attrs, '$.source') = 'text' THEN json_extract(attrs, '$.source')
+                             ELSE NULL END AS s
+                      FROM events WHERE \(filter)name = 'fetch.end')
+                    WHERE s IS NOT NULL GROUP BY p, s
+                    """) { row in
+                    sources[row.text(0) ?? "_none", default: []].append((row.text(1) ?? "", Int(row.int64(2)), row.int64(3)))
+                }
+                for (placement, list) in sources {
+                    for (i, item) in list.sorted(by: { $0.first < $1.first }).enumerated() {
+                        placements[placement, default: PlacementTotals()].sources[i < 16 ? item.source : "_other", default: 0] += item.count
+                    }
+                }
+                // The last `durationSamples` durations of each placement.
+                try each("""
+                    SELECT p, d FROM (
+                      SELECT p, d, row_number() OVER (PARTITION BY p ORDER BY id DESC) AS r FROM (
+                        SELECT id, coalesce(placement, '_none') AS p,
+                          CASE WHEN NOT json_valid(attrs) THEN NULL
+                               WHEN json_type(attrs, '$.duration') IN ('integer', 'real') THEN json_extract(attrs, '$.duration')
+                               ELSE NULL END AS d
+                        FROM events WHERE \(filter)name = 'fetch.end')
+                      WHERE d IS NOT NULL)
+                    WHERE r <= \(Self.durationSamples)
+                    """) { row in
+                    placements[row.text(0) ?? "_none", default: PlacementTotals()].durations.append(row.double(1))
+                }
+                try each("SELECT coalesce(placement, '_none'), count(*) FROM events WHERE \(filter)name = 'timeout' GROUP BY 1") { row in
+                    placements[row.text(0) ?? "_none", default: PlacementTotals()].timeouts = Int(row.int64(1))
+                }
+                // The last failure of each placement named in a preload.end `failed` object.
+                try each("SELECT id, ts, attrs FROM events WHERE \(filter)name = 'preload.end' ORDER BY id") { row in
+                    guard let failed = row.text(2).flatMap(decodeAttrs)?["failed"]?.objectValue else { return }
+                    for (placement, code) in failed {
+                        placements[placement, default: PlacementTotals()].lastPreloadError = (code, row.double(1), UInt64(row.int64(0)))
                     }
                 }
             }
@@ -244,29 +409,9 @@ private struct PlacementTotals {
     var errors = 0
     var targetingLost = 0
     var timeouts = 0
-    /// The last `durationSamples` durations, as a ring.
+    /// The last `durationSamples` durations.
     var durations: [Double] = []
-    var durationHead = 0
     var lastPreloadError: (code: JSONValue, ts: Double, seq: UInt64)?
-
-    mutating func addFetch(_ attrs: [String: JSONValue]) {
-        fetches += 1
-        if let code = attrs["errorCode"], code != .null {
-            errors += 1
-        } else if let source = attrs["source"]?.stringValue {
-            let key = sources[source] != nil || sources.count < 16 ? source : "_other"
-            sources[key, default: 0] += 1
-        }
-        if attrs["targetingLost"]?.boolValue == true { targetingLost += 1 }
-        if let duration = attrs["duration"]?.numberValue, duration.isFinite {
-            if durations.count < SQLiteSink.durationSamples {
-                durations.append(duration)
-            } else {
-                durations[durationHead] = duration
-                durationHead = (durationHead + 1) % durations.count
-            }
-        }
-    }
 
     func jsonValue(placement: String) -> JSONValue {
         let sorted = durations.sorted()

@@ -158,8 +158,10 @@ public final class SQLiteSink: EventSink {
     private let now: @Sendable () -> Double
     /// The per-run totals of `/api/runs`, kept up to date by `consume` once computed.
     let runTotals = Mutex(RunTotalsCache())
+    /// Placements and counts by name of recently asked runs, with the totals they were counted at.
+    let runDetails = Mutex(RunDetailCache())
     /// The last failed query of the `EventStore` view (which answers empty then).
-    let queryError = Mutex<SQLiteSinkError?>(nil)
+    let queryError = Mutex<(last: SQLiteSinkError?, count: Int)>((nil, 0))
 
     /// Opens (creating if needed) the store at `options.path`.
     ///
@@ -309,9 +311,7 @@ public final class SQLiteSink: EventSink {
                 if current - w.lastRetention >= options.retentionInterval {
                     w.lastRetention = current
                     do throws(SQLiteSinkError) {
-                        let n = try Self.deleteOlder(than: current - retention, with: w)
-                        deleted += n
-                        if n > 0 { forgetRunTotals() }
+                        deleted += try deleteOlder(than: current - retention, with: w)
                     } catch {
                         errors += 1
                         lastError = error
@@ -360,6 +360,14 @@ public final class SQLiteSink: EventSink {
         }
     }
 
+    /// Deletes the rows older than `cutoff` and takes them out of the run totals (when kept).
+    private func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
+        let leaving = totalsLeaving(before: cutoff, on: w.connection)
+        let n = try Self.deleteOlder(than: cutoff, with: w)
+        if n > 0 { subtractFromRunTotals(leaving, cutoff: cutoff, on: w.connection) }
+        return n
+    }
+
     private static func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
         let stmt = w.deleteOlder
         stmt.reset()
@@ -378,9 +386,7 @@ public final class SQLiteSink: EventSink {
         let current = now()
         let deleted = try writer.withLock { (w: inout Writer) throws(SQLiteSinkError) -> Int in
             w.lastRetention = current
-            let n = try Self.deleteOlder(than: current - retention, with: w)
-            if n > 0 { forgetRunTotals() }
-            return n
+            return try deleteOlder(than: current - retention, with: w)
         }
         counters.withLock { $0.deleted += deleted }
         return deleted
@@ -425,8 +431,10 @@ public final class SQLiteSink: EventSink {
         var conditions: [String] = []
         if after != nil { conditions.append("id > ?1") }
         if run != nil { conditions.append("run = ?2") }
-        if placement != nil { conditions.append("placement = ?3") }
-        if name != nil { conditions.append("name = ?4") }
+        // With a run, its index: `+` keeps SQLite from choosing another filter's index instead.
+        let unindexed = run != nil ? "+" : ""
+        if placement != nil { conditions.append("\(unindexed)placement = ?3") }
+        if name != nil { conditions.append("\(unindexed)name = ?4") }
         let whereClause = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
         let order = after != nil ? "ASC" : "DESC"
         let sql = "SELECT id, seq, ts, t, run, trace, span, name, placement, attrs, epoch FROM events\(whereClause) ORDER BY id \(order) LIMIT ?5"

@@ -75,6 +75,12 @@ struct SQLiteStoreTests {
         #expect(store.holdsRun("sim:x"))
         #expect(!store.holdsRun("sim:y"))
         #expect(sink.lastQueryError == nil)
+
+        // Asked again after another batch of the run: counted again, not the details kept before.
+        sink.consume([fetchEnd(9, run: "test:a", placement: "main", duration: 0.3, ts: 1_796_000_020)])
+        let main = store.placementsJSON(run: "test:a")["placements"]?.arrayValue?.first { $0["placement"] == "main" }
+        #expect(main?["fetches"] == 4)
+        #expect(store.runJSON(id: "test:a")?["eventsByName"]?["fetch.end"] == 4)
     }
 
     @Test("overlapping seqs of two processes stay apart: each row has its epoch, the view numbers rows by id")
@@ -145,28 +151,33 @@ struct SQLiteStoreTests {
         #expect(try again.count() == 3)
     }
 
-    @Test("the runs' totals follow later batches and retention after the first count")
+    @Test("the runs' totals follow later batches and retention passes after the first count, equal to a fresh count")
     func totalsFollowWrites() throws {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let clock = ManualClock(10_000)
         let sink = try SQLiteSink(options: .init(path: dir + "/events.db", retention: 100, retentionInterval: 0), now: { clock.now })
-        sink.consume([fetchEnd(1, run: "test:a", placement: "main", duration: 0.1, ts: 9_950)])
-        #expect(sink.runsJSON().first?["events"] == 1)
+        sink.consume([fetchEnd(1, run: "test:a", placement: "main", duration: 0.1, errorCode: 7, ts: 9_950),
+                      envelope(9, ts: 9_951, run: "test:gone")])
+        #expect(sink.runsJSON().count == 2)
         sink.consume([fetchEnd(2, run: "test:a", placement: "main", duration: 0.1, errorCode: "E", ts: 9_990),
                       envelope(3, ts: 9_995, run: "test:b")])
         let runs = sink.runsJSON()
-        #expect(ids(runs) == ["test:b", "test:a"])
+        #expect(ids(runs) == ["test:b", "test:a", "test:gone"])
         #expect(runs[1]["events"] == 2)
-        #expect(runs[1]["errors"] == 1)
-        // The pass deletes the first row: the totals are counted again.
+        #expect(runs[1]["errors"] == 2)
+        // The pass deletes the two oldest rows: they leave the totals, and test:gone with them.
         clock.set(10_060)
         sink.consume([envelope(4, ts: 10_060, run: "test:b")])
-        #expect(sink.deletedCount == 1)
+        #expect(sink.deletedCount == 2)
         let after = sink.runsJSON()
+        #expect(ids(after) == ["test:b", "test:a"])
         #expect(after.first { $0["id"] == "test:a" }?["events"] == 1)
+        #expect(after.first { $0["id"] == "test:a" }?["errors"] == 1)
         #expect(after.first { $0["id"] == "test:a" }?["firstTs"] == .string(ISO8601.format(9_990)))
         #expect(after.first { $0["id"] == "test:b" }?["events"] == 2)
+        // The same as counting the file afresh.
+        #expect(try SQLiteSink(path: dir + "/events.db").runsJSON() == after)
     }
 
     @Test("follow delivers nothing: the archive has no live feed")
