@@ -89,14 +89,16 @@ final class ServeStack: Sendable {
         }
         pipeline = EventPipeline(run: "live", sinks: sinks)
         metrics.collectSinkStats(from: pipeline)
-        hub = SSEHub(replay: DashboardAPI.replay(store: memory))
-        unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
-
-        if let archive = sinks.lazy.compactMap({ $0 as? SQLiteSink }).first {
+        // The first sqlite sink is the archive: the runs memory does not hold are read from it, and
+        // the epoch it writes with every row is the one the dashboard sees.
+        let archive = sinks.lazy.compactMap({ $0 as? SQLiteSink }).first
+        if let archive {
             store = LayeredEventStore(primary: memory, archive: archive)
         } else {
             store = memory
         }
+        hub = SSEHub(epoch: archive?.epoch, replay: DashboardAPI.replay(store: memory))
+        unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
 
         let pipeline = self.pipeline
         let router = DashboardAPI.router(

@@ -1,5 +1,6 @@
 import FlowJSON
 import Foundation
+import SQLiteSink
 import Testing
 @testable import FlowScopeCLI
 
@@ -38,6 +39,7 @@ struct StoredRunsTests {
     func listedAfterRestart() throws {
         let dir = makeTemporaryDirectory("stored")
         defer { removeDirectory(dir) }
+        var firstEpoch: String?
         do {
             let first = try StackFixture(sinks: storedSinks, dir: dir)
             try first.ingest(Events.lines([
@@ -47,8 +49,13 @@ struct StoredRunsTests {
                 Events.envelope("timeout", placement: "onboarding", run: "test:before"),
             ]))
             #expect(try runsByID(first)["test:before"]?["stored"] == nil, "a run in memory is not marked stored")
+            firstEpoch = try first.getJSON("/api/events")["epoch"]?.stringValue
             first.stop()
         }
+        // The rows carry the epoch the first server reported.
+        let rows = try SQLiteSink(path: dir + "/events.sqlite").storedEvents(limit: 10)
+        #expect(rows.count == 4)
+        #expect(firstEpoch != nil && rows.allSatisfy { $0.epoch == firstEpoch })
 
         let second = try StackFixture(sinks: storedSinks, dir: dir)
         try second.ingest(Events.lines([Events.envelope("fetch.start", placement: "main", run: "test:after")]))
@@ -66,6 +73,7 @@ struct StoredRunsTests {
         #expect(events.allSatisfy { $0["run"] == "test:before" })
         #expect(Set(events.compactMap { $0["seq"]?.intValue }).count == 4)
         #expect(page["epoch"]?.stringValue?.count == 16)
+        #expect(page["epoch"]?.stringValue != firstEpoch, "a new start, a new epoch")
 
         let placements = try second.getJSON("/api/placements?run=test:before")["placements"]?.arrayValue ?? []
         let main = try #require(placements.first { $0["placement"] == "main" })
