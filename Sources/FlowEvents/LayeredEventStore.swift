@@ -26,8 +26,8 @@ public struct LayeredEventStore: EventStore {
         self.archive = archive
     }
 
-    /// The store that answers for `run`: the archive when it is set, unknown to the primary and
-    /// held by the archive; else the primary.
+    /// The store that answers for `run`: the archive for a run the primary does not hold and the
+    /// archive does; the primary otherwise, and without a run.
     private func store(for run: String?) -> any EventStore {
         guard let run, !primary.holdsRun(run), archive.holdsRun(run) else { return primary }
         return archive
