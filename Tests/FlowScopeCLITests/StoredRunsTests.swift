@@ -1,6 +1,10 @@
 import FlowJSON
+import FlowEvents
+import FlowFetch
 import Foundation
+import MemorySink
 import SQLiteSink
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
@@ -126,5 +130,73 @@ struct StoredRunsTests {
         #expect(events.compactMap { $0["t"]?.numberValue } == [11, 12, 13, 21, 22, 23])
         let seqs = events.compactMap { $0["seq"]?.intValue }
         #expect(seqs == seqs.sorted() && Set(seqs).count == 6)
+    }
+}
+
+/// The sqlite sink's aggregates against the memory sink's, on the same events.
+@Suite("sqlite and memory sinks: the same aggregates")
+struct StoredAggregatesTests {
+    /// 12,000 seeded events over four runs: fetch.end with 20 sources on one placement (past the 16
+    /// kept), about 1,700 durations per placement of `live` (past the 1,024 kept), errors (null and non-null codes),
+    /// targeting lost, placementless fetches, timeouts and preload.end failures.
+    static func events() -> [Envelope] {
+        var random = SplitMix64(seed: 18)
+        var out: [Envelope] = []
+        let runs = ["live", "test:a", "sim:b", "test:c"]
+        for i in 0..<12_000 {
+            let seq = UInt64(i + 1)
+            let run = runs[[0, 0, 0, 0, 0, 0, 1, 1, 2, 3][Int(random.next() % 10)]]
+            let roll = random.next() % 100
+            var name = EventName.fetchEnd
+            var placement: String? = ["main", "onboarding", "many_sources"][Int(random.next() % 3)]
+            var attrs: [String: JSONValue] = [:]
+            switch roll {
+            case 0..<70:
+                let sources = placement == "many_sources" ? 20 : 4
+                attrs["source"] = .string("source_\(random.next() % UInt64(sources))")
+                attrs["duration"] = .number(Double(random.next() % 5000) / 1000)
+                attrs["targetingLost"] = .bool(random.next() % 5 == 0)
+                if random.next() % 10 == 0 { attrs["errorCode"] = random.next() % 2 == 0 ? .number(2005) : .null }
+                if random.next() % 50 == 0 { placement = nil }
+            case 70..<80:
+                name = .timeout
+                attrs["stage"] = "targeted"
+            case 80..<84:
+                name = .preloadEnd
+                placement = nil
+                attrs["failed"] = random.next() % 2 == 0 ? ["main": 2005] : ["onboarding": "timeout", "extra": ["code": 504]]
+            default:
+                name = .requestStart
+                attrs["kind"] = "targeted"
+            }
+            out.append(Envelope(seq: seq, ts: 1_796_000_000 + Double(i) / 10, t: Double(i), run: run,
+                                trace: TraceID(high: seq, low: 1), span: SpanID(raw: seq), name: name, placement: placement,
+                                attrs: EventAttributes(attrs)))
+        }
+        return out
+    }
+
+    @Test("runs, each run's detail and placements are equal, value for value, to the memory sink's")
+    func sameAggregates() throws {
+        let dir = makeTemporaryDirectory("aggregates")
+        defer { removeDirectory(dir) }
+        let events = Self.events()
+        let memory = MemorySink()
+        let sqlite = try SQLiteSink(path: dir + "/events.sqlite")
+        for start in stride(from: 0, to: events.count, by: 500) {
+            let batch = Array(events[start..<min(start + 500, events.count)])
+            memory.consume(batch)
+            sqlite.consume(batch)
+        }
+        // A fresh file numbers its rows 1, 2, ... like the seqs: even the preload errors' seq agree.
+        #expect(sqlite.runsJSON() == memory.runsJSON())
+        for run in ["live", "test:a", "sim:b", "test:c"] {
+            #expect(sqlite.placementsJSON(run: run) == memory.placementsJSON(run: run), "run \(run)")
+            #expect(sqlite.runJSON(id: run) == memory.runJSON(id: run), "run \(run)")
+        }
+        let main = memory.placementsJSON(run: "live")["placements"]?.arrayValue?.first { $0["placement"] == "many_sources" }
+        #expect(main?["sources"]?["_other"] != nil, "more than 16 sources: some fold into _other")
+        #expect(main?["duration"]?["samples"] == 1024, "more than 1,024 durations: the last 1,024 count")
+        #expect(sqlite.lastQueryError == nil)
     }
 }

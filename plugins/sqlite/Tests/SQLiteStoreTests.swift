@@ -180,6 +180,29 @@ struct SQLiteStoreTests {
         #expect(try SQLiteSink(path: dir + "/events.db").runsJSON() == after)
     }
 
+    @Test("a row whose attrs are not JSON (edited by hand) is counted as an event and skipped by the aggregates; nothing fails")
+    func malformedRow() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/events.db"
+        let sink = try SQLiteSink(path: path)
+        sink.consume([fetchEnd(1, run: "test:a", placement: "main", duration: 0.5)])
+        try runSQLite(path, """
+            INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES
+              (2, 1796000001, 0, 'test:a', '4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', 'fetch.end', 'main', 'not json'),
+              (3, 1796000002, 0, 'test:a', '4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', 'preload.end', NULL, '{"failed":');
+            """)
+        let fresh = try SQLiteSink(path: path)
+        #expect(fresh.runsJSON().first?["events"] == 3)
+        #expect(fresh.runsJSON().first?["errors"] == 0)
+        let main = fresh.placementsJSON(run: "test:a")["placements"]?.arrayValue?.first
+        #expect(main?["fetches"] == 2)
+        #expect(main?["duration"]?["samples"] == 1)
+        #expect(fresh.runJSON(id: "test:a")?["eventsByName"] == ["fetch.end": 2, "preload.end": 1])
+        #expect(fresh.events(since: nil, limit: 10, run: "test:a", placement: nil, name: nil).map(\.seq) == [1], "undecodable rows are skipped")
+        #expect(fresh.lastQueryError == nil)
+    }
+
     @Test("follow delivers nothing: the archive has no live feed")
     func followIsQuiet() throws {
         let dir = temporaryDirectory()
