@@ -29,11 +29,6 @@ struct RunTotals: Sendable {
     }
 }
 
-/// The per-run totals, nil until first asked for and when they could not be kept up to date.
-struct RunTotalsCache: Sendable {
-    var runs: [String: RunTotals]?
-}
-
 /// What a run's totals were when its details were counted: the details are valid while they match.
 struct RunStamp: Sendable, Equatable {
     var events: Int
@@ -59,12 +54,11 @@ struct RunDetailCache: Sendable {
 ///
 /// In this view an event's `seq` is its row id: unique across every process that wrote the file
 /// and increasing in write order, so paging with `since` never mixes two processes' seq numbering
-/// (each process's own seq starts at 1 again). The aggregates have the memory sink's shapes and
-/// are computed from the stored rows: `runsJSON` from per-run totals counted once (one scan at the
-/// first call and after a retention pass deleted rows, then kept up to date as batches are
-/// stored); `placementsJSON` and `runJSON` by reading the run's fetch.end, timeout and preload.end
-/// rows. `follow` delivers nothing: the archive holds the past, live events come from the memory
-/// sink. A failed query answers empty and is kept in `lastQueryError`.
+/// (each process's own seq starts at 1 again). The aggregates have the memory sink's shapes:
+/// `runsJSON` reads the `runs` table (kept in the transaction of every batch and retention pass);
+/// `placementsJSON` and `runJSON` count the run's fetch.end, timeout and preload.end rows in SQL.
+/// `follow` delivers nothing: the archive holds the past, live events come from the memory sink.
+/// A failed query answers empty and is kept in `lastQueryError`.
 extension SQLiteSink: EventStore {
     /// fetch.end durations kept per placement for p50/p95 (the memory sink's default).
     static let durationSamples = 1024
@@ -115,13 +109,13 @@ extension SQLiteSink: EventStore {
 
     /// `{"run": <summary>, "placements": [...], "eventsByName": {...}}`, nil for a run not stored.
     public func runJSON(id: String) -> JSONValue? {
-        guard let run = totals()[id] else { return nil }
+        guard let run = totals(of: id) else { return nil }
         return ["run": Self.summaryJSON(id: id, run), "placements": .array(cachedPlacements(id)),
                 "eventsByName": .object(cachedCounts(id))]
     }
 
     /// Whether the store holds events of run `id`.
-    public func holdsRun(_ id: String) -> Bool { totals()[id] != nil }
+    public func holdsRun(_ id: String) -> Bool { totals(of: id) != nil }
 
     /// Delivers nothing (the archive has no live feed); the returned function does nothing.
     public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void { {} }
@@ -142,7 +136,7 @@ extension SQLiteSink: EventStore {
     }
 
     private func cached<T>(_ run: String, _ field: WritableKeyPath<RunDetailCache.Entry, T?>, count: () -> T) -> T {
-        guard let totals = totals()[run] else { return count() }
+        guard let totals = totals(of: run) else { return count() }
         let stamp = RunStamp(totals)
         if let entry = runDetails.withLock({ $0.entries[run] }), entry.stamp == stamp, let value = entry[keyPath: field] {
             return value
@@ -192,101 +186,61 @@ extension SQLiteSink: EventStore {
     /// Failed queries so far.
     var queryErrors: Int { queryError.withLock { $0.count } }
 
-    /// Called under the writer's lock after `rows` were committed: counts them into the totals.
-    func noteStored(_ rows: ArraySlice<Envelope>) {
-        runTotals.withLock { cache in
-            guard var runs = cache.runs else { return }
-            cache.runs = nil
-            for e in rows { runs[e.run, default: RunTotals(firstTs: e.ts, lastTs: e.ts)].add(e) }
-            cache.runs = runs
-        }
-    }
-
-    /// Called under the writer's lock before retention deletes the rows older than `cutoff`: their
-    /// totals per run (read through the writer's connection, using the `ts` index, so only the rows
-    /// being deleted are read), nil when the totals are not kept or cannot be read.
-    func totalsLeaving(before cutoff: Double, on db: Connection) -> [String: RunTotals]? {
-        guard runTotals.withLock({ $0.runs != nil }) else { return nil }
-        do throws(SQLiteSinkError) {
-            return try Self.countTotals(on: db, where: "INDEXED BY events_ts WHERE ts < ?1", cutoff: cutoff)
-        } catch {
-            noteQueryError(error)
-            runTotals.withLock { $0.runs = nil }
-            return nil
-        }
-    }
-
-    /// Called under the writer's lock after retention deleted the rows older than `cutoff`: takes
-    /// `leaving` out of the totals; a run with rows left gets its oldest remaining `ts` as `firstTs`.
-    /// Without `leaving` the totals are dropped (counted again when next asked for).
-    func subtractFromRunTotals(_ leaving: [String: RunTotals]?, cutoff: Double, on db: Connection) {
-        guard let leaving, var runs = runTotals.withLock({ $0.runs }) else {
-            runTotals.withLock { $0.runs = nil }
-            return
-        }
-        do throws(SQLiteSinkError) {
-            // The `ts` index from the cutoff on: the first row of the run is the oldest one left.
-            let oldest = try db.prepare("SELECT ts FROM events WHERE ts >= ?1 AND +run = ?2 ORDER BY ts LIMIT 1")
-            for (run, gone) in leaving {
-                guard var t = runs[run] else { continue }
-                t.events -= gone.events
-                t.fetches -= gone.fetches
-                t.errors -= gone.errors
-                if t.events <= 0 {
-                    runs[run] = nil
-                    continue
-                }
-                oldest.reset()
-                oldest.bind(1, cutoff)
-                oldest.bind(2, run)
-                if sqlite3_step(oldest.raw) == SQLITE_ROW { t.firstTs = oldest.double(0) }
-                oldest.reset()
-                runs[run] = t
-            }
-            runTotals.withLock { $0.runs = runs }
-        } catch {
-            noteQueryError(error)
-            runTotals.withLock { $0.runs = nil }
-        }
-    }
-
-    /// The per-run totals; counted from the file (holding the writer's lock, so no batch is
-    /// committed meanwhile and none is counted twice) when not known.
+    /// Every run's totals, from the `runs` table.
     func totals() -> [String: RunTotals] {
-        if let runs = runTotals.withLock({ $0.runs }) { return runs }
-        return writer.withLock { _ in
-            if let runs = runTotals.withLock({ $0.runs }) { return runs }
-            do throws(SQLiteSinkError) {
-                let runs = try countRunTotals()
-                runTotals.withLock { $0.runs = runs }
-                return runs
-            } catch {
-                noteQueryError(error)
-                return [:]
+        var out: [String: RunTotals] = [:]
+        readRuns("SELECT run, events, fetches, errors, first_ts, last_ts FROM runs", run: nil) { out[$0] = $1 }
+        return out
+    }
+
+    /// One run's totals, nil when it has no rows.
+    func totals(of run: String) -> RunTotals? {
+        var out: RunTotals?
+        readRuns("SELECT run, events, fetches, errors, first_ts, last_ts FROM runs WHERE run = ?1", run: run) { out = $1 }
+        return out
+    }
+
+    private func readRuns(_ sql: String, run: String?, _ row: (String, RunTotals) -> Void) {
+        do throws(SQLiteSinkError) {
+            try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
+                let stmt = try db.prepare(sql)
+                if let run { stmt.bind(1, run) }
+                while true {
+                    let rc = sqlite3_step(stmt.raw)
+                    if rc == SQLITE_DONE { break }
+                    guard rc == SQLITE_ROW else { throw db.error("reading runs", rc) }
+                    var t = RunTotals(firstTs: stmt.double(4), lastTs: stmt.double(5))
+                    t.events = Int(stmt.int64(1))
+                    t.fetches = Int(stmt.int64(2))
+                    t.errors = Int(stmt.int64(3))
+                    row(stmt.text(0) ?? "", t)
+                }
             }
+        } catch {
+            noteQueryError(error)
         }
     }
 
-    private func countRunTotals() throws(SQLiteSinkError) -> [String: RunTotals] {
-        try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [String: RunTotals] in
-            try Self.countTotals(on: db, where: "", cutoff: nil)
-        }
+    /// `SELECT run, count(*), min(ts), max(ts), <fetches>, <errors> FROM events <filter> GROUP BY run`:
+    /// the totals of the rows matching `filter` as the memory sink counts them.
+    static func totalsQuery(_ filter: String) -> String {
+        """
+        SELECT run, count(*), min(ts), max(ts), sum(name = 'fetch.end'),
+          sum(CASE name
+                WHEN 'fetch.end' THEN
+                  CASE WHEN json_valid(attrs) THEN json_extract(attrs, '$.errorCode') IS NOT NULL ELSE 0 END
+                WHEN 'preload.end' THEN
+                  CASE WHEN NOT json_valid(attrs) THEN 0
+                       WHEN json_type(attrs, '$.failed') = 'object' THEN (SELECT count(*) FROM json_each(attrs, '$.failed'))
+                       ELSE 0 END
+                ELSE 0 END)
+        FROM events \(filter) GROUP BY run
+        """
     }
 
     /// The totals per run of the rows matching `filter` (`WHERE ...`, with `cutoff` bound to ?1).
     static func countTotals(on db: Connection, where filter: String, cutoff: Double?) throws(SQLiteSinkError) -> [String: RunTotals] {
-        let stmt = try db.prepare("""
-            SELECT run, count(*), min(ts), max(ts), sum(name = 'fetch.end'),
-              sum(CASE name
-                    WHEN 'fetch.end' THEN
-                      CASE WHEN json_valid(attrs) THEN json_extract(attrs, '$.errorCode') IS NOT NULL ELSE 0 END
-                    WHEN 'preload.end' THEN
-                      CASE WHEN NOT json_valid(attrs) THEN 0
-                           WHEN json_type(attrs, '$.failed') = 'object' THEN (SELECT count(*) FROM json_each(attrs, '$.failed'))
-                           ELSE 0 END
-                    ELSE 0 END)
-            FROM events \(filter) GROUP BY run
-            """)
+        let stmt = try db.prepare(totalsQuery(filter))
         if let cutoff { stmt.bind(1, cutoff) }
         var out: [String: RunTotals] = [:]
         while true {

@@ -138,6 +138,10 @@ public final class SQLiteSink: EventSink {
         let connection: Connection
         let insert: Statement
         let deleteOlder: Statement
+        /// Adds a batch's totals of one run to the `runs` table.
+        let addToRun: Statement
+        /// Takes the totals of deleted rows out of a run, and sets its oldest `ts` left.
+        let subtractFromRun: Statement
         var lastRetention: Double = -.infinity
     }
 
@@ -156,8 +160,6 @@ public final class SQLiteSink: EventSink {
     let reader: Mutex<Connection>
     private let counters = Mutex(Counters())
     private let now: @Sendable () -> Double
-    /// The per-run totals of `/api/runs`, kept up to date by `consume` once computed.
-    let runTotals = Mutex(RunTotalsCache())
     /// Placements and counts by name of recently asked runs, with the totals they were counted at.
     let runDetails = Mutex(RunDetailCache())
     /// The last failed query of the `EventStore` view (which answers empty then).
@@ -200,7 +202,18 @@ public final class SQLiteSink: EventSink {
         let insert = try connection.prepare(
             "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
         let deleteOlder = try connection.prepare("DELETE FROM events WHERE ts < ?1")
-        writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder))
+        let addToRun = try connection.prepare("""
+            INSERT INTO runs (run, events, fetches, errors, first_ts, last_ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT (run) DO UPDATE SET events = events + excluded.events, fetches = fetches + excluded.fetches,
+              errors = errors + excluded.errors, first_ts = min(first_ts, excluded.first_ts), last_ts = max(last_ts, excluded.last_ts)
+            """)
+        let subtractFromRun = try connection.prepare("""
+            UPDATE runs SET events = events - ?2, fetches = fetches - ?3, errors = errors - ?4,
+              first_ts = coalesce((SELECT ts FROM events WHERE ts >= ?5 AND +events.run = ?1 ORDER BY ts LIMIT 1), first_ts)
+            WHERE run = ?1
+            """)
+        writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder, addToRun: addToRun,
+                              subtractFromRun: subtractFromRun))
         reader = Mutex(try Connection(path: path, busyTimeout: options.busyTimeout))
     }
 
@@ -243,6 +256,7 @@ public final class SQLiteSink: EventSink {
                 epoch TEXT NOT NULL DEFAULT '\(legacyEpoch)'
             );
             \(indexes)
+            \(runsTable)
             PRAGMA user_version = \(schemaVersion);
             COMMIT;
             """)
@@ -257,8 +271,21 @@ public final class SQLiteSink: EventSink {
         CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
         """
 
-    /// Version 1 to 2: adds `epoch` (existing rows get `legacy`) and replaces the seq indexes with
-    /// the row-id ones, in one transaction (another process migrating at the same time waits, then
+    /// The totals of every run (`/api/runs` reads them without a scan), kept in the transaction of
+    /// each batch and each retention pass.
+    static let runsTable = """
+        CREATE TABLE runs (
+            run TEXT PRIMARY KEY,
+            events INTEGER NOT NULL,
+            fetches INTEGER NOT NULL,
+            errors INTEGER NOT NULL,
+            first_ts REAL NOT NULL,
+            last_ts REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+
+    /// Version 1 to 2: adds `epoch` (existing rows get `legacy`), replaces the seq indexes with the
+    /// row-id ones and counts the `runs` table (one scan), in one transaction (another process migrating at the same time waits, then
     /// finds version 2).
     private static func migrateFromVersion1(_ db: Connection) throws(SQLiteSinkError) {
         try db.exec("BEGIN IMMEDIATE")
@@ -271,6 +298,8 @@ public final class SQLiteSink: EventSink {
                     DROP INDEX IF EXISTS events_placement_seq;
                     DROP INDEX IF EXISTS events_name_seq;
                     \(indexes)
+                    \(runsTable)
+                    INSERT INTO runs (run, events, first_ts, last_ts, fetches, errors) \(totalsQuery(""));
                     PRAGMA user_version = \(schemaVersion);
                     """)
             }
@@ -298,7 +327,6 @@ public final class SQLiteSink: EventSink {
                 do throws(SQLiteSinkError) {
                     try Self.insert(batch[start..<end], epoch: epoch, with: w)
                     stored += end - start
-                    noteStored(batch[start..<end])
                 } catch {
                     failed += end - start
                     errors += 1
@@ -311,7 +339,7 @@ public final class SQLiteSink: EventSink {
                 if current - w.lastRetention >= options.retentionInterval {
                     w.lastRetention = current
                     do throws(SQLiteSinkError) {
-                        deleted += try deleteOlder(than: current - retention, with: w)
+                        deleted += try Self.deleteOlder(than: current - retention, with: w)
                     } catch {
                         errors += 1
                         lastError = error
@@ -354,28 +382,69 @@ public final class SQLiteSink: EventSink {
             }
         }
         stmt.reset()
+        // The batch's totals per run into the `runs` table, in the same transaction.
+        var totals: [String: RunTotals] = [:]
+        for e in rows { totals[e.run, default: RunTotals(firstTs: e.ts, lastTs: e.ts)].add(e) }
+        let add = w.addToRun
+        for (run, t) in totals {
+            add.reset()
+            add.bind(1, run)
+            add.bind(2, Int64(t.events))
+            add.bind(3, Int64(t.fetches))
+            add.bind(4, Int64(t.errors))
+            add.bind(5, t.firstTs)
+            add.bind(6, t.lastTs)
+            let rc = sqlite3_step(add.raw)
+            add.reset()
+            if rc != SQLITE_DONE {
+                let error = db.error("adding to the totals of run \(run)", rc)
+                try? db.exec("ROLLBACK")
+                throw error
+            }
+        }
         do { try db.exec("COMMIT") } catch {
             try? db.exec("ROLLBACK")
             throw error
         }
     }
 
-    /// Deletes the rows older than `cutoff` and takes them out of the run totals (when kept).
-    private func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
-        let leaving = totalsLeaving(before: cutoff, on: w.connection)
-        let n = try Self.deleteOlder(than: cutoff, with: w)
-        if n > 0 { subtractFromRunTotals(leaving, cutoff: cutoff, on: w.connection) }
-        return n
-    }
-
+    /// Deletes the rows older than `cutoff` and takes them out of the `runs` table, in one
+    /// transaction: the deleted rows' totals are read first (through the `ts` index: only those rows),
+    /// each run they belong to gets its oldest `ts` left, and a run with no rows left goes.
     private static func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
-        let stmt = w.deleteOlder
-        stmt.reset()
-        stmt.bind(1, cutoff)
-        let rc = sqlite3_step(stmt.raw)
-        stmt.reset()
-        guard rc == SQLITE_DONE else { throw w.connection.error("deleting events older than the retention", rc) }
-        return Int(sqlite3_changes(w.connection.db))
+        let db = w.connection
+        try db.exec("BEGIN")
+        do throws(SQLiteSinkError) {
+            let leaving = try countTotals(on: db, where: "INDEXED BY events_ts WHERE ts < ?1", cutoff: cutoff)
+            guard !leaving.isEmpty else {
+                try db.exec("COMMIT")
+                return 0
+            }
+            let stmt = w.deleteOlder
+            stmt.reset()
+            stmt.bind(1, cutoff)
+            let rc = sqlite3_step(stmt.raw)
+            stmt.reset()
+            guard rc == SQLITE_DONE else { throw db.error("deleting events older than the retention", rc) }
+            let deleted = Int(sqlite3_changes(db.db))
+            let subtract = w.subtractFromRun
+            for (run, gone) in leaving {
+                subtract.reset()
+                subtract.bind(1, run)
+                subtract.bind(2, Int64(gone.events))
+                subtract.bind(3, Int64(gone.fetches))
+                subtract.bind(4, Int64(gone.errors))
+                subtract.bind(5, cutoff)
+                let rc = sqlite3_step(subtract.raw)
+                subtract.reset()
+                guard rc == SQLITE_DONE else { throw db.error("updating the totals of run \(run)", rc) }
+            }
+            try db.exec("DELETE FROM runs WHERE events <= 0; COMMIT")
+            return deleted
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw error
+        }
     }
 
     /// Deletes the events older than the retention now, whatever the interval; returns how many.
@@ -386,7 +455,7 @@ public final class SQLiteSink: EventSink {
         let current = now()
         let deleted = try writer.withLock { (w: inout Writer) throws(SQLiteSinkError) -> Int in
             w.lastRetention = current
-            return try deleteOlder(than: current - retention, with: w)
+            return try Self.deleteOlder(than: current - retention, with: w)
         }
         counters.withLock { $0.deleted += deleted }
         return deleted
