@@ -8,7 +8,8 @@ public protocol MetricsExposing: Sendable {
 }
 
 /// An event store the dashboard API can query: recent events, their aggregates per run and
-/// placement, and a feed of new events. The `memory` sink is one.
+/// placement, and a feed of new events. The `memory` sink is one, the `sqlite` sink another;
+/// `LayeredEventStore` reads one over the other.
 public protocol EventStore: Sendable {
     /// Events newest last, filtered (nil: any). With `since`, the oldest `limit` events after it;
     /// without, the newest `limit`.
