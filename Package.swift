@@ -77,7 +77,8 @@ let package = Package(
         .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "FlowTLS", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
-        .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink"]),
+        .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink",
+                                                          "SQLiteSink"]),
         .testTarget(name: "FlowScopeTestingTests", dependencies: [
             "FlowScopeTesting", "FlowScopeTools", "FlowScopeStubBackend", "FlowTLS", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport",
         ]),

@@ -108,7 +108,7 @@ function renderRunSelect() {
     if (!groups[kind].length) continue;
     const group = el('optgroup', null, null, { label: KIND_LABELS[kind] });
     for (const r of groups[kind]) {
-      const label = `${r.id}${Number.isFinite(r.events) && r.events ? `  (${fmt.compact(r.events)} events)` : ''}`;
+      const label = `${r.id}${Number.isFinite(r.events) && r.events ? `  (${fmt.compact(r.events)} events)` : ''}${r.stored ? ' · stored' : ''}`;
       const option = new Option(label, r.id);
       group.appendChild(option);
     }
@@ -344,6 +344,10 @@ const stream = new api.LiveStream({
   onEvents: (batch) => {
     const valid = batch.filter((e) => e && Number.isFinite(e.seq));
     if (!valid.length) return;
+    // The open run was read from the server's stored events (numbered by the file, not by the stream):
+    // new events of it mean the server now holds it in memory, so load it again from there.
+    const storedRun = state.run !== '' && state.runs.some((r) => r.id === state.run && r.stored) &&
+      valid.some((e) => e.run === state.run);
     state.all.add(valid);
     const last = valid[valid.length - 1].seq;
     state.cursor = state.cursor === null ? last : Math.max(state.cursor, last);
@@ -354,6 +358,12 @@ const stream = new api.LiveStream({
       for (const e of valid) {
         if (e.trace === state.selected.trace && !state.selected.events.has(e.seq)) { state.selected.events.set(e.seq, e); callChanged = true; }
       }
+    }
+    if (storedRun) {
+      state.runs = state.runs.map((r) => (r.id === state.run ? { ...r, stored: false } : r));
+      state.runsStale = true;
+      selectRun(state.run, { record: false });
+      return;
     }
     const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
     scheduleAggregates(newRun);

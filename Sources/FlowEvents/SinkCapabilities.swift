@@ -8,7 +8,8 @@ public protocol MetricsExposing: Sendable {
 }
 
 /// An event store the dashboard API can query: recent events, their aggregates per run and
-/// placement, and a feed of new events. The `memory` sink is one.
+/// placement, and a feed of new events. The `memory` sink is one, the `sqlite` sink another;
+/// `LayeredEventStore` reads one over the other.
 public protocol EventStore: Sendable {
     /// Events newest last, filtered (nil: any). With `since`, the oldest `limit` events after it;
     /// without, the newest `limit`.
@@ -24,6 +25,13 @@ public protocol EventStore: Sendable {
     /// Calls `handler` with every batch of new events, in seq order, until the returned function
     /// is called.
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void
+    /// Whether the store knows run `id` (by default: `runJSON(id:)` is not nil).
+    func holdsRun(_ id: String) -> Bool
+}
+
+extension EventStore {
+    /// `runJSON(id:) != nil`; stores with a cheaper lookup implement their own.
+    public func holdsRun(_ id: String) -> Bool { runJSON(id: id) != nil }
 }
 
 extension Envelope {

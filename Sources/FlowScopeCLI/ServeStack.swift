@@ -6,6 +6,7 @@ import FlowSim
 import Foundation
 import MemorySink
 import MetricsSink
+import SQLiteSink
 
 /// Everything `flowscope serve` runs: sinks from the config, the pipeline, the HTTPS server with the
 /// dashboard API, the live stream, and demo traffic. Tests start it in-process on port 0.
@@ -14,6 +15,9 @@ final class ServeStack: Sendable {
     let pipeline: EventPipeline
     let metrics: MetricsSink
     let memory: MemorySink
+    /// What the dashboard API reads: the memory sink, layered over the first sqlite sink when the
+    /// config has one (runs it stored before a restart, or that memory forgot, stay viewable).
+    let store: any EventStore
     let hub: SSEHub
     let token: AuthToken
     let tls: TLSMaterial?
@@ -85,12 +89,20 @@ final class ServeStack: Sendable {
         }
         pipeline = EventPipeline(run: "live", sinks: sinks)
         metrics.collectSinkStats(from: pipeline)
-        hub = SSEHub(replay: DashboardAPI.replay(store: memory))
+        // The first sqlite sink is the archive: the runs memory does not hold are read from it, and
+        // the epoch it writes with every row is the one the dashboard sees.
+        let archive = sinks.lazy.compactMap({ $0 as? SQLiteSink }).first
+        if let archive {
+            store = LayeredEventStore(primary: memory, archive: archive)
+        } else {
+            store = memory
+        }
+        hub = SSEHub(epoch: archive?.epoch, replay: DashboardAPI.replay(store: memory))
         unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
 
         let pipeline = self.pipeline
         let router = DashboardAPI.router(
-            pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
+            pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
             hub: hub, web: web,
             simulations: SimulationStore(directory: stateDir + "/simulations").runs,
             ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst))

@@ -67,7 +67,7 @@ enum TrafficSource: Equatable {
         do throws(SQLiteSinkError) {
             let store = try SQLiteSink(path: path)
             let count = try store.count()
-            return .success(try store.events(limit: count + 1))
+            return .success(try store.storedEvents(limit: count + 1).map(\.envelope))
         } catch {
             return .failure(TrafficSourceError("--from \(error.description)"))
         }

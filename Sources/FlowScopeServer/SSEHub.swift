@@ -39,15 +39,21 @@ public final class SSEHub: Sendable {
     }
     private let state = Mutex(State())
 
-    /// A hub; `replay` answers `Last-Event-ID` (by default nothing is replayed).
-    public init(heartbeatInterval: Duration = .seconds(15), maxBufferedBytes: Int = 1 << 20,
+    /// A hub; `replay` answers `Last-Event-ID` (by default nothing is replayed). `epoch` is the
+    /// hub's epoch when given (the server passes the one its sqlite sink writes with each row), else
+    /// 16 random hex digits.
+    public init(heartbeatInterval: Duration = .seconds(15), maxBufferedBytes: Int = 1 << 20, epoch: String? = nil,
                 replay: @escaping Replay = { _ in [] }) {
         self.heartbeatInterval = heartbeatInterval
         self.maxBufferedBytes = max(maxBufferedBytes, 1024)
         self.replay = replay
-        let random = UInt64.random(in: 0...UInt64.max)
-        let digits = String(random, radix: 16)
-        epoch = String(repeating: "0", count: 16 - digits.count) + digits
+        if let epoch {
+            self.epoch = epoch
+        } else {
+            let random = UInt64.random(in: 0...UInt64.max)
+            let digits = String(random, radix: 16)
+            self.epoch = String(repeating: "0", count: 16 - digits.count) + digits
+        }
     }
 
     deinit {

@@ -89,6 +89,9 @@ struct ReliabilityCrashTests {
             #expect(try sqlite3(db, "PRAGMA integrity_check;") == "ok", "round \(round)")
             let count = Int(try sqlite3(db, "SELECT count(*) FROM events;")) ?? -1
             #expect(count >= previousCount, "round \(round): \(count) events after \(previousCount)")
+            // The runs table is written in the same transactions: its total is the rows' count.
+            let totals = try sqlite3(db, "SELECT coalesce(sum(events), 0) FROM runs;")
+            #expect(totals == String(count), "round \(round): runs table says \(totals) events, the table holds \(count)")
             previousCount = count
             counts.append(count)
         }
@@ -96,7 +99,7 @@ struct ReliabilityCrashTests {
         #expect(previousCount > 0, "demo traffic wrote nothing")
         // Every stored row reads back as a valid envelope through the sink itself.
         let sink = try SQLiteSink(path: db)
-        let events = try sink.events(limit: 100_000)
+        let events = try sink.storedEvents(limit: 100_000).map(\.envelope)
         #expect(events.count == previousCount)
         #expect(events.allSatisfy { $0.run == "live" && ISO8601.validRange.contains($0.ts) })
     }

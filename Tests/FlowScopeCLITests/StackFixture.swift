@@ -75,17 +75,21 @@ final class StackFixture {
     var port: Int { stack.server.port }
     var token: String { stack.token.value }
     private var stopped = false
+    /// The fixture made `dir` and removes it at the end.
+    private let ownsDirectory: Bool
 
     /// - Parameters:
     ///   - server: extra keys of the `server` section (JSON5 text, e.g. `limits: { ingestBurst: 1 }`).
     ///   - sinks: the `sinks` list's elements (JSON5 text); `$DIR` is replaced by the state directory.
-    init(server: String = "", sinks: String = #"{ type: "metrics" }, { type: "memory", capacity: 5000 }"#) throws {
-        dir = makeTemporaryDirectory("serve")
-        configPath = dir + "/flowscope.json5"
+    ///   - dir: a directory of an earlier fixture to start again in (a restart); the caller removes it.
+    init(server: String = "", sinks: String = #"{ type: "metrics" }, { type: "memory", capacity: 5000 }"#, dir: String? = nil) throws {
+        ownsDirectory = dir == nil
+        self.dir = dir ?? makeTemporaryDirectory("serve")
+        configPath = self.dir + "/flowscope.json5"
         let text = """
         {
-          server: { \(server.contains("bind:") ? "" : "bind: \"127.0.0.1\", ")port: 0, stateDir: "\(dir)/state", \(server) },
-          sinks: [ \(sinks.replacingOccurrences(of: "$DIR", with: dir)) ],
+          server: { \(server.contains("bind:") ? "" : "bind: \"127.0.0.1\", ")port: 0, stateDir: "\(self.dir)/state", \(server) },
+          sinks: [ \(sinks.replacingOccurrences(of: "$DIR", with: self.dir)) ],
           demo: { enabled: false },
         }
         """
@@ -130,7 +134,7 @@ final class StackFixture {
 
     deinit {
         stop()
-        removeDirectory(dir)
+        if ownsDirectory { removeDirectory(dir) }
     }
 }
 

@@ -189,14 +189,18 @@ final class DashboardStack {
     var baseURL: String { "https://127.0.0.1:\(fixture.port)" }
 
     /// A stack on `port` (0: any free port), e.g. the port of a stack stopped before, to restart it.
-    init(extraSinks: [any EventSink] = [], simulations: SimulationRuns = .none, port: Int = 0) throws {
+    /// With `archive` (a sink that is also an event store, as the sqlite sink), the API reads the
+    /// runs memory does not hold from it, as `flowscope serve` does.
+    init(extraSinks: [any EventSink] = [], archive: (any EventSink & EventStore)? = nil, simulations: SimulationRuns = .none,
+         port: Int = 0) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
-        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks)
+        let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks + (archive.map { [$0] } ?? []))
+        let store: any EventStore = archive.map { LayeredEventStore(primary: memory, archive: $0) } ?? memory
         let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
         fixture = try ServerFixture(port: port) { router in
-            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: memory, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
+            router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
                                          web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
         }
         self.pipeline = pipeline

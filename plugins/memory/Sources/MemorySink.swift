@@ -182,6 +182,8 @@ public final class MemorySink: EventSink, EventStore {
     public func runsJSON() -> [JSONValue] { runs().map(\.jsonValue) }
     /// One run's detail object.
     public func runJSON(id: String) -> JSONValue? { run(id)?.jsonValue }
+    /// Whether the aggregates hold run `id` (it has not been forgotten past `maxRuns`).
+    public func holdsRun(_ id: String) -> Bool { state.withLock { $0.runs[id] != nil } }
     /// Subscribes `handler`; the returned function unsubscribes it.
     public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void {
         let token = subscribe(handler)

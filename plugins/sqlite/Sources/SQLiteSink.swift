@@ -22,6 +22,22 @@ public struct SQLiteRunSummary: Sendable, Equatable {
     }
 }
 
+/// One stored row: its row id (increasing in write order across every process that wrote the file),
+/// the epoch of the process that wrote it, and the envelope as written.
+public struct StoredEvent: Sendable {
+    /// The row id.
+    public var id: Int64
+    /// The writing process's epoch (`legacy` for rows of schema version 1).
+    public var epoch: String
+    /// The envelope, with the seq its process gave it.
+    public var envelope: Envelope
+
+    /// A stored row with the given values.
+    public init(id: Int64, epoch: String, envelope: Envelope) {
+        self.id = id; self.epoch = epoch; self.envelope = envelope
+    }
+}
+
 /// The `sqlite` sink: an event store in one SQLite file, with retention and the dashboard's queries.
 ///
 /// Writes go through one connection in WAL mode with `synchronous=NORMAL`; each consumed batch is
@@ -98,8 +114,11 @@ public final class SQLiteSink: EventSink {
         }
     }
 
-    /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
-    public static let schemaVersion: Int64 = 1
+    /// The schema version this build writes and reads, kept in `PRAGMA user_version`. Version 1
+    /// files (no `epoch` column) are migrated when opened.
+    public static let schemaVersion: Int64 = 2
+    /// The `epoch` of rows written before the column existed (schema version 1).
+    public static let legacyEpoch = "legacy"
 
     /// The type name in the config's `sinks` list.
     public static let type = "sqlite"
@@ -111,11 +130,18 @@ public final class SQLiteSink: EventSink {
     public let options: Options
     /// The database file.
     public var path: String { options.path }
+    /// This open store's process epoch: 16 random hex digits unless given, written with every row,
+    /// so rows of different server starts (whose seq each began at 1) stay apart.
+    public let epoch: String
 
-    private struct Writer {
+    struct Writer {
         let connection: Connection
         let insert: Statement
         let deleteOlder: Statement
+        /// Adds a batch's totals of one run to the `runs` table.
+        let addToRun: Statement
+        /// Takes the totals of deleted rows out of a run, and sets its oldest `ts` left.
+        let subtractFromRun: Statement
         var lastRetention: Double = -.infinity
     }
 
@@ -130,21 +156,33 @@ public final class SQLiteSink: EventSink {
         var failing = false
     }
 
-    private let writer: Mutex<Writer>
-    private let reader: Mutex<Connection>
+    let writer: Mutex<Writer>
+    let reader: Mutex<Connection>
     private let counters = Mutex(Counters())
     private let now: @Sendable () -> Double
+    /// Placements and counts by name of recently asked runs, with the totals they were counted at.
+    let runDetails = Mutex(RunDetailCache())
+    /// The last failed query of the `EventStore` view (which answers empty then).
+    let queryError = Mutex<(last: SQLiteSinkError?, count: Int)>((nil, 0))
 
     /// Opens (creating if needed) the store at `options.path`.
     ///
-    /// - Parameter now: the wall clock used for retention, seconds since 1970 (tests pass their own).
+    /// - Parameters:
+    ///   - epoch: written with every row (default: 16 random hex digits, new for every open).
+    ///   - now: the wall clock used for retention, seconds since 1970 (tests pass their own).
     /// - Throws: `SQLiteSinkError` naming the path when the file is not SQLite, was written by a
     ///   newer flowscope (unknown schema version), or cannot be created.
-    public init(name: String = "sqlite", options: Options,
+    public init(name: String = "sqlite", options: Options, epoch: String? = nil,
                 now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) throws(SQLiteSinkError) {
         self.name = name
         self.options = options
         self.now = now
+        if let epoch {
+            self.epoch = epoch
+        } else {
+            let digits = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            self.epoch = String(repeating: "0", count: 16 - digits.count) + digits
+        }
         let path = options.path
         let parent = (path as NSString).deletingLastPathComponent
         if !parent.isEmpty {
@@ -162,9 +200,20 @@ public final class SQLiteSink: EventSink {
         }
         try connection.exec("PRAGMA synchronous=NORMAL")
         let insert = try connection.prepare(
-            "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+            "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
         let deleteOlder = try connection.prepare("DELETE FROM events WHERE ts < ?1")
-        writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder))
+        let addToRun = try connection.prepare("""
+            INSERT INTO runs (run, events, fetches, errors, first_ts, last_ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT (run) DO UPDATE SET events = events + excluded.events, fetches = fetches + excluded.fetches,
+              errors = errors + excluded.errors, first_ts = min(first_ts, excluded.first_ts), last_ts = max(last_ts, excluded.last_ts)
+            """)
+        let subtractFromRun = try connection.prepare("""
+            UPDATE runs SET events = events - ?2, fetches = fetches - ?3, errors = errors - ?4,
+              first_ts = coalesce((SELECT ts FROM events WHERE ts >= ?5 AND +events.run = ?1 ORDER BY ts LIMIT 1), first_ts)
+            WHERE run = ?1
+            """)
+        writer = Mutex(Writer(connection: connection, insert: insert, deleteOlder: deleteOlder, addToRun: addToRun,
+                              subtractFromRun: subtractFromRun))
         reader = Mutex(try Connection(path: path, busyTimeout: options.busyTimeout))
     }
 
@@ -173,7 +222,7 @@ public final class SQLiteSink: EventSink {
         try self.init(options: Options(path: path, retention: retention))
     }
 
-    /// Creates the schema in a new file, or checks the version of an existing one.
+    /// Creates the schema in a new file, migrates a version 1 file, or checks the version.
     private static func migrate(_ db: Connection) throws(SQLiteSinkError) {
         let version = try db.intPragma("user_version")
         if version > schemaVersion {
@@ -184,6 +233,7 @@ public final class SQLiteSink: EventSink {
         if version < 0 {
             throw SQLiteSinkError(path: db.path, message: "unknown schema version \(version) (expected \(schemaVersion))")
         }
+        if version == 1 { return try migrateFromVersion1(db) }
         // Version 0: a new, empty file. Refuse to add our tables to somebody else's database.
         let stmt = try db.prepare("SELECT count(*) FROM sqlite_master")
         if sqlite3_step(stmt.raw) == SQLITE_ROW, stmt.int64(0) > 0 {
@@ -202,16 +252,62 @@ public final class SQLiteSink: EventSink {
                 span TEXT NOT NULL,
                 name TEXT NOT NULL,
                 placement TEXT,
-                attrs TEXT NOT NULL
+                attrs TEXT NOT NULL,
+                epoch TEXT NOT NULL DEFAULT '\(legacyEpoch)'
             );
-            CREATE INDEX events_seq ON events (seq);
-            CREATE INDEX events_run_seq ON events (run, seq);
-            CREATE INDEX events_placement_seq ON events (placement, seq);
-            CREATE INDEX events_name_seq ON events (name, seq);
-            CREATE INDEX events_ts ON events (ts);
+            \(indexes)
+            \(runsTable)
             PRAGMA user_version = \(schemaVersion);
             COMMIT;
             """)
+    }
+
+    /// The indexes of schema version 2: the API's filters page by row id (`id`, the rowid, is the
+    /// last column of every index), and retention deletes by `ts`.
+    static let indexes = """
+        CREATE INDEX IF NOT EXISTS events_run ON events (run);
+        CREATE INDEX IF NOT EXISTS events_placement ON events (placement);
+        CREATE INDEX IF NOT EXISTS events_name ON events (name);
+        CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
+        """
+
+    /// The totals of every run (`/api/runs` reads them without a scan), kept in the transaction of
+    /// each batch and each retention pass.
+    static let runsTable = """
+        CREATE TABLE runs (
+            run TEXT PRIMARY KEY,
+            events INTEGER NOT NULL,
+            fetches INTEGER NOT NULL,
+            errors INTEGER NOT NULL,
+            first_ts REAL NOT NULL,
+            last_ts REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+
+    /// Version 1 to 2: adds `epoch` (existing rows get `legacy`), replaces the seq indexes with the
+    /// row-id ones and counts the `runs` table (one scan), in one transaction (another process migrating at the same time waits, then
+    /// finds version 2).
+    private static func migrateFromVersion1(_ db: Connection) throws(SQLiteSinkError) {
+        try db.exec("BEGIN IMMEDIATE")
+        do throws(SQLiteSinkError) {
+            if try db.intPragma("user_version") == 1 {
+                try db.exec("""
+                    ALTER TABLE events ADD COLUMN epoch TEXT NOT NULL DEFAULT '\(legacyEpoch)';
+                    DROP INDEX IF EXISTS events_seq;
+                    DROP INDEX IF EXISTS events_run_seq;
+                    DROP INDEX IF EXISTS events_placement_seq;
+                    DROP INDEX IF EXISTS events_name_seq;
+                    \(indexes)
+                    \(runsTable)
+                    INSERT INTO runs (run, events, first_ts, last_ts, fetches, errors) \(totalsQuery(""));
+                    PRAGMA user_version = \(schemaVersion);
+                    """)
+            }
+            try db.exec("COMMIT")
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw SQLiteSinkError(path: db.path, message: "migrating from schema version 1: \(error.message)")
+        }
     }
 
     // MARK: - Writing
@@ -229,7 +325,7 @@ public final class SQLiteSink: EventSink {
             while start < batch.count {
                 let end = min(batch.count, start + step)
                 do throws(SQLiteSinkError) {
-                    try Self.insert(batch[start..<end], with: w)
+                    try Self.insert(batch[start..<end], epoch: epoch, with: w)
                     stored += end - start
                 } catch {
                     failed += end - start
@@ -242,7 +338,9 @@ public final class SQLiteSink: EventSink {
                 let current = now()
                 if current - w.lastRetention >= options.retentionInterval {
                     w.lastRetention = current
-                    do throws(SQLiteSinkError) { deleted += try Self.deleteOlder(than: current - retention, with: w) } catch {
+                    do throws(SQLiteSinkError) {
+                        deleted += try Self.deleteOlder(than: current - retention, with: w)
+                    } catch {
                         errors += 1
                         lastError = error
                     }
@@ -256,7 +354,7 @@ public final class SQLiteSink: EventSink {
         }
     }
 
-    private static func insert(_ rows: ArraySlice<Envelope>, with w: Writer) throws(SQLiteSinkError) {
+    private static func insert(_ rows: ArraySlice<Envelope>, epoch: String, with w: Writer) throws(SQLiteSinkError) {
         let db = w.connection
         try db.exec("BEGIN")
         let stmt = w.insert
@@ -274,6 +372,7 @@ public final class SQLiteSink: EventSink {
             attrs.removeAll(keepingCapacity: true)
             e.attrs.appendJSON(to: &attrs)
             stmt.bind(9, attrs)
+            stmt.bind(10, epoch)
             let rc = sqlite3_step(stmt.raw)
             if rc != SQLITE_DONE {
                 let error = db.error("inserting event seq \(e.seq)", rc)
@@ -283,20 +382,69 @@ public final class SQLiteSink: EventSink {
             }
         }
         stmt.reset()
+        // The batch's totals per run into the `runs` table, in the same transaction.
+        var totals: [String: RunTotals] = [:]
+        for e in rows { totals[e.run, default: RunTotals(firstTs: e.ts, lastTs: e.ts)].add(e) }
+        let add = w.addToRun
+        for (run, t) in totals {
+            add.reset()
+            add.bind(1, run)
+            add.bind(2, Int64(t.events))
+            add.bind(3, Int64(t.fetches))
+            add.bind(4, Int64(t.errors))
+            add.bind(5, t.firstTs)
+            add.bind(6, t.lastTs)
+            let rc = sqlite3_step(add.raw)
+            add.reset()
+            if rc != SQLITE_DONE {
+                let error = db.error("adding to the totals of run \(run)", rc)
+                try? db.exec("ROLLBACK")
+                throw error
+            }
+        }
         do { try db.exec("COMMIT") } catch {
             try? db.exec("ROLLBACK")
             throw error
         }
     }
 
+    /// Deletes the rows older than `cutoff` and takes them out of the `runs` table, in one
+    /// transaction: the deleted rows' totals are read first (through the `ts` index: only those rows),
+    /// each run they belong to gets its oldest `ts` left, and a run with no rows left goes.
     private static func deleteOlder(than cutoff: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
-        let stmt = w.deleteOlder
-        stmt.reset()
-        stmt.bind(1, cutoff)
-        let rc = sqlite3_step(stmt.raw)
-        stmt.reset()
-        guard rc == SQLITE_DONE else { throw w.connection.error("deleting events older than the retention", rc) }
-        return Int(sqlite3_changes(w.connection.db))
+        let db = w.connection
+        try db.exec("BEGIN")
+        do throws(SQLiteSinkError) {
+            let leaving = try countTotals(on: db, where: "INDEXED BY events_ts WHERE ts < ?1", cutoff: cutoff)
+            guard !leaving.isEmpty else {
+                try db.exec("COMMIT")
+                return 0
+            }
+            let stmt = w.deleteOlder
+            stmt.reset()
+            stmt.bind(1, cutoff)
+            let rc = sqlite3_step(stmt.raw)
+            stmt.reset()
+            guard rc == SQLITE_DONE else { throw db.error("deleting events older than the retention", rc) }
+            let deleted = Int(sqlite3_changes(db.db))
+            let subtract = w.subtractFromRun
+            for (run, gone) in leaving {
+                subtract.reset()
+                subtract.bind(1, run)
+                subtract.bind(2, Int64(gone.events))
+                subtract.bind(3, Int64(gone.fetches))
+                subtract.bind(4, Int64(gone.errors))
+                subtract.bind(5, cutoff)
+                let rc = sqlite3_step(subtract.raw)
+                subtract.reset()
+                guard rc == SQLITE_DONE else { throw db.error("updating the totals of run \(run)", rc) }
+            }
+            try db.exec("DELETE FROM runs WHERE events <= 0; COMMIT")
+            return deleted
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw error
+        }
     }
 
     /// Deletes the events older than the retention now, whatever the interval; returns how many.
@@ -339,42 +487,46 @@ public final class SQLiteSink: EventSink {
 
     // MARK: - Queries (the dashboard API's shapes)
 
-    /// Stored events, newest last, filtered like `GET /api/events`.
+    /// Stored rows, newest last, filtered like `GET /api/events`, each with its row id and epoch and
+    /// the envelope as it was written (its own seq).
     ///
-    /// With `since`, the first `limit` events whose seq is greater (a client pages forward by
-    /// passing the last seq it saw); without it, the newest `limit` events. `seq` is per process,
-    /// so a store kept across restarts can hold the same seq twice; filter by `run` to tell them
-    /// apart. Rows that cannot be decoded (edited by hand) are skipped.
-    public func events(since: UInt64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
-                       name: String? = nil) throws(SQLiteSinkError) -> [Envelope] {
+    /// Rows are ordered by row id: the order they were written in, across every process that wrote
+    /// the file (each process's seq starts at 1 again, the row id never does). With `after`, the
+    /// first `limit` rows whose id is greater (page forward by passing the last id seen); without
+    /// it, the newest `limit`. Rows that cannot be decoded (edited by hand) are skipped.
+    public func storedEvents(after: Int64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
+                             name: String? = nil) throws(SQLiteSinkError) -> [StoredEvent] {
         guard limit > 0 else { return [] }
         var conditions: [String] = []
-        if since != nil { conditions.append("seq > ?1") }
+        if after != nil { conditions.append("id > ?1") }
         if run != nil { conditions.append("run = ?2") }
-        if placement != nil { conditions.append("placement = ?3") }
-        if name != nil { conditions.append("name = ?4") }
+        // With a run, its index: `+` keeps SQLite from choosing another filter's index instead.
+        let unindexed = run != nil ? "+" : ""
+        if placement != nil { conditions.append("\(unindexed)placement = ?3") }
+        if name != nil { conditions.append("\(unindexed)name = ?4") }
         let whereClause = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
-        let order = since != nil ? "ASC" : "DESC"
-        let sql = "SELECT seq, ts, t, run, trace, span, name, placement, attrs FROM events\(whereClause) ORDER BY seq \(order), id \(order) LIMIT ?5"
-        return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [Envelope] in
+        let order = after != nil ? "ASC" : "DESC"
+        let sql = "SELECT id, seq, ts, t, run, trace, span, name, placement, attrs, epoch FROM events\(whereClause) ORDER BY id \(order) LIMIT ?5"
+        return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [StoredEvent] in
             let stmt = try db.prepare(sql)
-            if let since { stmt.bind(1, Int64(bitPattern: since)) }
+            if let after { stmt.bind(1, after) }
             stmt.bind(2, run)
             stmt.bind(3, placement)
             stmt.bind(4, name)
             stmt.bind(5, Int64(limit))
-            var out: [Envelope] = []
+            var out: [StoredEvent] = []
             while true {
                 let rc = sqlite3_step(stmt.raw)
                 if rc == SQLITE_DONE { break }
                 guard rc == SQLITE_ROW else { throw db.error("querying events", rc) }
-                guard let runText = stmt.text(3), let trace = stmt.text(4).flatMap(TraceID.init(hex:)),
-                      let span = stmt.text(5).flatMap(SpanID.init(hex:)), let name = stmt.text(6).flatMap(EventName.init(rawValue:)),
-                      let attrs = stmt.text(8).flatMap(decodeAttrs) else { continue }
-                out.append(Envelope(seq: UInt64(bitPattern: stmt.int64(0)), ts: stmt.double(1), t: stmt.double(2), run: runText,
-                                    trace: trace, span: span, name: name, placement: stmt.text(7), attrs: EventAttributes(attrs)))
+                guard let runText = stmt.text(4), let trace = stmt.text(5).flatMap(TraceID.init(hex:)),
+                      let span = stmt.text(6).flatMap(SpanID.init(hex:)), let name = stmt.text(7).flatMap(EventName.init(rawValue:)),
+                      let attrs = stmt.text(9).flatMap(decodeAttrs) else { continue }
+                let envelope = Envelope(seq: UInt64(bitPattern: stmt.int64(1)), ts: stmt.double(2), t: stmt.double(3), run: runText,
+                                        trace: trace, span: span, name: name, placement: stmt.text(8), attrs: EventAttributes(attrs))
+                out.append(StoredEvent(id: stmt.int64(0), epoch: stmt.text(10) ?? Self.legacyEpoch, envelope: envelope))
             }
-            if since == nil { out.reverse() }
+            if after == nil { out.reverse() }
             return out
         }
     }
@@ -424,19 +576,12 @@ public enum SQLiteBaseline {
         }
         try exec("""
             CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, ts REAL NOT NULL, t REAL NOT NULL,
-                run TEXT NOT NULL, trace TEXT NOT NULL, span TEXT NOT NULL, name TEXT NOT NULL, placement TEXT, attrs TEXT NOT NULL)
+                run TEXT NOT NULL, trace TEXT NOT NULL, span TEXT NOT NULL, name TEXT NOT NULL, placement TEXT, attrs TEXT NOT NULL,
+                epoch TEXT NOT NULL DEFAULT 'legacy')
             """)
-        if indexed {
-            try exec("""
-                CREATE INDEX IF NOT EXISTS events_seq ON events (seq);
-                CREATE INDEX IF NOT EXISTS events_run_seq ON events (run, seq);
-                CREATE INDEX IF NOT EXISTS events_placement_seq ON events (placement, seq);
-                CREATE INDEX IF NOT EXISTS events_name_seq ON events (name, seq);
-                CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
-                """)
-        }
+        if indexed { try exec(SQLiteSink.indexes) }
         var stmt: OpaquePointer?
-        guard sqlite3_prepare_v2(db, "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs) VALUES (?,?,?,?,?,?,?,?,?)",
+        guard sqlite3_prepare_v2(db, "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES (?,?,?,?,?,?,?,?,?,?)",
                                  -1, &stmt, nil) == SQLITE_OK else {
             throw SQLiteSinkError(path: path, message: String(cString: sqlite3_errmsg(db)))
         }
@@ -456,6 +601,7 @@ public enum SQLiteBaseline {
             attrs.removeAll(keepingCapacity: true)
             e.attrs.appendJSON(to: &attrs)
             sqlite3_bind_text(stmt, 9, attrs, -1, sqliteTransient)
+            sqlite3_bind_text(stmt, 10, "0000000000000000", -1, sqliteTransient)
             guard sqlite3_step(stmt) == SQLITE_DONE else {
                 let message = String(cString: sqlite3_errmsg(db))
                 sqlite3_exec(db, "ROLLBACK", nil, nil, nil)

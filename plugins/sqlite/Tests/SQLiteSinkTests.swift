@@ -51,7 +51,7 @@ struct SQLiteSinkTests {
         ]
         sink.consume(original)
         sink.flush()
-        let back = try sink.events()
+        let back = try sink.written()
         #expect(back.count == 2)
         for (a, b) in zip(original, back) {
             #expect(a.seq == b.seq)
@@ -80,24 +80,24 @@ struct SQLiteSinkTests {
                                   now: { clock.now })
         // Three old events and two recent ones: the first consume runs a retention pass.
         sink.consume([envelope(1, ts: 9_000), envelope(2, ts: 9_899), envelope(3, ts: 9_950), envelope(4, ts: 9_999), envelope(5, ts: 10_000)])
-        #expect(try sink.events().map(\.seq) == [3, 4, 5])
+        #expect(try sink.written().map(\.seq) == [3, 4, 5])
         #expect(sink.deletedCount == 2)
 
         // 55 s later event 3 is out of the window, but the next pass is not due yet.
         clock.set(10_055)
         sink.consume([envelope(6, ts: 10_010)])
-        #expect(try sink.events().map(\.seq) == [3, 4, 5, 6])
+        #expect(try sink.written().map(\.seq) == [3, 4, 5, 6])
 
         // Past the interval: the pass runs and removes everything older than now - 100.
         clock.set(10_105)
         sink.consume([envelope(7, ts: 10_105)])
-        #expect(try sink.events().map(\.seq) == [6, 7])
+        #expect(try sink.written().map(\.seq) == [6, 7])
         #expect(sink.deletedCount == 5)
 
         // An explicit pass ignores the interval.
         clock.set(10_200)
         #expect(try sink.applyRetention() == 1)
-        #expect(try sink.events().map(\.seq) == [7])
+        #expect(try sink.written().map(\.seq) == [7])
     }
 
     @Test("queries filter by run, placement, name and since, newest last")
@@ -117,17 +117,17 @@ struct SQLiteSinkTests {
 
         func expected(_ keep: (Envelope) -> Bool) -> [UInt64] { batch.filter(keep).map(\.seq) }
 
-        #expect(try sink.events(limit: 10).map(\.seq) == Array(51...60))
-        #expect(try sink.events(since: 20, limit: 5).map(\.seq) == [21, 22, 23, 24, 25])
-        #expect(try sink.events(since: 58, limit: 5).map(\.seq) == [59, 60])
-        #expect(try sink.events(limit: 1000, run: "test-a").map(\.seq) == expected { $0.run == "test-a" })
-        #expect(try sink.events(limit: 1000, placement: "onboarding").map(\.seq) == expected { $0.placement == "onboarding" })
-        #expect(try sink.events(limit: 1000, name: "fetch.end").map(\.seq) == expected { $0.name == .fetchEnd })
-        #expect(try sink.events(since: 10, limit: 1000, run: "live", placement: "main_paywall", name: "request.start").map(\.seq)
+        #expect(try sink.written(limit: 10).map(\.seq) == Array(51...60))
+        #expect(try sink.written(after: 20, limit: 5).map(\.seq) == [21, 22, 23, 24, 25])
+        #expect(try sink.written(after: 58, limit: 5).map(\.seq) == [59, 60])
+        #expect(try sink.written(limit: 1000, run: "test-a").map(\.seq) == expected { $0.run == "test-a" })
+        #expect(try sink.written(limit: 1000, placement: "onboarding").map(\.seq) == expected { $0.placement == "onboarding" })
+        #expect(try sink.written(limit: 1000, name: "fetch.end").map(\.seq) == expected { $0.name == .fetchEnd })
+        #expect(try sink.written(after: 10, limit: 1000, run: "live", placement: "main_paywall", name: "request.start").map(\.seq)
             == expected { $0.seq > 10 && $0.run == "live" && $0.placement == "main_paywall" && $0.name == .requestStart })
-        #expect(try sink.events(limit: 3, run: "test-a").map(\.seq) == [54, 57, 60])
-        #expect(try sink.events(limit: 10, name: "no.such.event").isEmpty)
-        #expect(try sink.events(limit: 0).isEmpty)
+        #expect(try sink.written(limit: 3, run: "test-a").map(\.seq) == [54, 57, 60])
+        #expect(try sink.written(limit: 10, name: "no.such.event").isEmpty)
+        #expect(try sink.written(limit: 0).isEmpty)
 
         let runs = try sink.runs()
         #expect(runs.map(\.run) == ["live", "test-a"])
@@ -149,8 +149,8 @@ struct SQLiteSinkTests {
         let again = try SQLiteSink(path: path)
         #expect(try again.count() == 5)
         again.consume([envelope(6, run: "second")])
-        #expect(try again.events().map(\.seq) == [1, 2, 3, 4, 5, 6])
-        #expect(try again.events(run: "live").last?.attrs == ["n": 5])
+        #expect(try again.written().map(\.seq) == [1, 2, 3, 4, 5, 6])
+        #expect(try again.written(run: "live").last?.attrs == ["n": 5])
     }
 
     @Test("a file that is not SQLite is refused with an error naming it")
@@ -200,7 +200,7 @@ struct SQLiteSinkTests {
         sink.consume([envelope(1, attrs: ["k": "v"])])
         sink.flush()
         let out = try runSQLite(path, "PRAGMA journal_mode; PRAGMA user_version; SELECT seq, name, attrs FROM events; PRAGMA integrity_check;")
-        #expect(out == "wal\n1\n1|fetch.start|{\"k\":\"v\"}\nok\n")
+        #expect(out == "wal\n2\n1|fetch.start|{\"k\":\"v\"}\nok\n")
     }
 
     @Test("queries run while batches are being written and see only committed batches")
@@ -224,7 +224,7 @@ struct SQLiteSinkTests {
                     // Whole transactions only, and never going backwards.
                     if n % perBatch != 0 || n < last { consistent = false }
                     last = n
-                    let recent = try sink.events(limit: 20)
+                    let recent = try sink.written(limit: 20)
                     if !recent.isEmpty && recent.map(\.seq) != Array(recent.first!.seq...recent.last!.seq) { consistent = false }
                     _ = try sink.runs()
                     queries += 1
@@ -271,12 +271,12 @@ struct SQLiteSinkTests {
         #expect(sink.failedCount == 2)
         #expect(sink.lastError?.path == path)
         #expect(sink.lastError?.message.contains("locked") == true, "\(String(describing: sink.lastError))")
-        #expect(try sink.events().map(\.seq) == [1], "reads go on while another process writes")
+        #expect(try sink.written().map(\.seq) == [1], "reads go on while another process writes")
 
         input.fileHandleForWriting.write(Data("COMMIT;\n.quit\n".utf8))
         holder.waitUntilExit()
         sink.consume([envelope(4)])
-        #expect(try sink.events().map(\.seq) == [1, 4])
+        #expect(try sink.written().map(\.seq) == [1, 4])
         #expect(sink.storedCount == 2)
     }
 
@@ -317,6 +317,14 @@ struct SQLiteSinkTests {
         let rows = (1...100).map { envelope($0, attrs: ["x": .number(Double($0))]) }
         try SQLiteBaseline.insert(rows, path: dir + "/plain.db")
         #expect(try runSQLite(dir + "/plain.db", "SELECT count(*), sum(seq) FROM events;") == "100|5050\n")
+    }
+}
+
+extension SQLiteSink {
+    /// The stored envelopes as written (each with its own seq), newest last; `after` is a row id.
+    func written(after: Int64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
+                 name: String? = nil) throws -> [Envelope] {
+        try storedEvents(after: after, limit: limit, run: run, placement: placement, name: name).map(\.envelope)
     }
 }
 

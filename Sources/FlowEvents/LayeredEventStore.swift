@@ -1,0 +1,77 @@
+import FlowJSON
+
+/// Two event stores read as one: recent events from `primary` (the memory sink), and the runs it
+/// does not hold (forgotten past its limits, or from before a restart) from `archive` (the sqlite
+/// sink).
+///
+/// A run belongs to the primary while `primary.holdsRun(id)`; otherwise its events, placements and
+/// detail come from the archive, with the archive's numbering (`seq`) throughout, so paging one
+/// run never mixes the two. `runsJSON` lists the primary's runs, then the archive's other runs,
+/// each marked `"stored": true`. Queries without a run, `latestSeq` and `follow` are the
+/// primary's (the live view).
+///
+/// ```swift
+/// let store = LayeredEventStore(primary: memory, archive: sqlite)
+/// let runs = store.runsJSON()   // live runs, then stored ones with "stored": true
+/// ```
+public struct LayeredEventStore: EventStore {
+    /// The store of recent events and the live feed.
+    public let primary: any EventStore
+    /// The store read for runs the primary does not hold.
+    public let archive: any EventStore
+
+    /// Reads `primary` first and `archive` for the runs the primary does not hold.
+    public init(primary: any EventStore, archive: any EventStore) {
+        self.primary = primary
+        self.archive = archive
+    }
+
+    /// The store that answers for `run`: the archive for a run the primary does not hold and the
+    /// archive does; the primary otherwise, and without a run.
+    private func store(for run: String?) -> any EventStore {
+        guard let run, !primary.holdsRun(run), archive.holdsRun(run) else { return primary }
+        return archive
+    }
+
+    /// The run's events from the store that answers for it; without a run, the primary's.
+    public func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope] {
+        store(for: run).events(since: since, limit: limit, run: run, placement: placement, name: name)
+    }
+
+    /// The primary's newest seq.
+    public var latestSeq: UInt64? { primary.latestSeq }
+
+    /// The run's placements from the store that answers for it; without a run, the primary's.
+    public func placementsJSON(run: String?) -> JSONValue { store(for: run).placementsJSON(run: run) }
+
+    /// The primary's runs, then the archive's runs the primary does not hold, with `"stored": true`.
+    public func runsJSON() -> [JSONValue] {
+        let recent = primary.runsJSON()
+        let ids = Set(recent.compactMap { $0["id"]?.stringValue })
+        let stored = archive.runsJSON().compactMap { run -> JSONValue? in
+            guard case .object(var object) = run, let id = object["id"]?.stringValue, !ids.contains(id) else { return nil }
+            object["stored"] = true
+            return .object(object)
+        }
+        return recent + stored
+    }
+
+    /// The primary's detail of `id`, else the archive's with `"stored": true` in its `run` object.
+    public func runJSON(id: String) -> JSONValue? {
+        if let detail = primary.runJSON(id: id) { return detail }
+        guard case .object(var detail)? = archive.runJSON(id: id) else { return nil }
+        if case .object(var run)? = detail["run"] {
+            run["stored"] = true
+            detail["run"] = .object(run)
+        }
+        return .object(detail)
+    }
+
+    /// Held by either store.
+    public func holdsRun(_ id: String) -> Bool { primary.holdsRun(id) || archive.holdsRun(id) }
+
+    /// The primary's feed.
+    public func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void {
+        primary.follow(handler)
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import TestSupport
+import FlowJSON
+import SQLiteSink
+import Testing
+
+/// A stack that records into the sqlite file at `path` and reads the runs memory does not hold from it.
+private func storedStack(_ path: String) throws -> DashboardStack {
+    try DashboardStack(archive: try SQLiteSink(path: path))
+}
+
+/// Waits until `GET /api/runs` lists `run` with `events` events.
+private func waitForRun(_ stack: DashboardStack, _ run: String, events: Int) throws {
+    let deadline = Date().addingTimeInterval(10)
+    var last = ""
+    while Date() < deadline {
+        last = try stack.fixture.connect().request("GET", "/api/runs").text
+        let runs = try JSON5.parse(last)["runs"]?.arrayValue ?? []
+        if runs.contains(where: { $0["id"]?.stringValue == run && $0["events"]?.intValue == events }) { return }
+        usleep(20_000)
+    }
+    throw ClientError("\(run) never had \(events) events; last /api/runs: \(last)")
+}
+
+/// The dashboard after a restart of its server on the same sqlite file, in headless Chromium.
+@Suite("Dashboard in a real browser: stored runs", .serialized)
+struct DashboardBrowserStoredRunsTests {
+    @Test("after a restart the run picker lists a run stored by the sqlite sink, and opening it renders its placements, calls and events")
+    func storedRunAfterRestart() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let sample = DemoCalls.sample(run: "test:checkout")
+        do {
+            let first = try storedStack(dir + "/events.sqlite")
+            #expect(try first.ingest(sample) == sample.count)
+            try waitForRun(first, "test:checkout", events: sample.count)
+            first.stop()
+        }
+
+        let second = try storedStack(dir + "/events.sqlite")
+        let dom = try chromium.dumpDOM(url: "\(second.baseURL)/?stream=off#run=test%3Acheckout")
+        #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
+        let option = try #require(HTMLSlice.element(in: dom, startingWith: "<option value=\"test:checkout\""))
+        #expect(option.contains("stored"), "the run picker marks the run stored: \(option)")
+
+        let main = try #require(HTMLSlice.element(in: dom, startingWith: "<tr data-placement=\"main_paywall\""))
+        #expect(HTMLSlice.texts(in: main).prefix(2) == ["main_paywall", "2"], "main_paywall row: \(main)")
+        #expect(main.contains("4.70 s"), "p95 of 0.2 s and 4.7 s, counted from the stored rows: \(main)")
+        let upsell = try #require(HTMLSlice.element(in: dom, startingWith: "<tr data-placement=\"settings_upsell\""))
+        #expect(upsell.contains("2005 networkFailed"), "last preload error from the stored preload.end: \(upsell)")
+        #expect(HTMLSlice.count(of: "<g class=\"wf-call\"", in: dom) == 4, "three getFlow calls and one preloadFlows")
+        #expect(HTMLSlice.count(of: "<tr class=\"ev ", in: dom) >= sample.count, "every stored event in the tail")
+    }
+
+    @Test("a stored run open in the page that gets new events is loaded again from the server's memory")
+    func storedRunGoesLive() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let sample = DemoCalls.sample(run: "test:checkout")
+        do {
+            let first = try storedStack(dir + "/events.sqlite")
+            _ = try first.ingest(sample)
+            try waitForRun(first, "test:checkout", events: sample.count)
+            first.stop()
+        }
+        let second = try storedStack(dir + "/events.sqlite")
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(second.baseURL)/#run=test%3Acheckout")
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelector('#conn-state').dataset.state === 'open'"))
+        let selected = "document.querySelector('#run-select').selectedOptions[0]?.textContent ?? ''"
+        #expect(try browser.waitFor("(\(selected)).includes('stored') && document.querySelectorAll('#tail tbody tr.ev').length >= \(sample.count)"),
+                "the stored run is open with its events")
+
+        // The run gets new events in this server: its memory holds it now, with the stream's numbering.
+        _ = try second.ingest(DemoCalls.call(run: "test:checkout", placement: "winback_offer", t: 100, source: "network", duration: 0.3))
+        let reloaded = try browser.waitFor(
+            "!(\(selected)).includes('stored') && document.querySelector('#placements tr[data-placement=\"winback_offer\"]') !== null " +
+            "&& document.querySelector('#placements tr[data-placement=\"onboarding\"]') === null", timeout: 30)
+        #expect(reloaded, "the page loaded the run's aggregates again from memory (only the new call), no longer marked stored")
+        // The tail holds the memory's events only: the new call, none of the stored ones (whose numbers
+        // would otherwise collide with the stream's).
+        let cells = "[...document.querySelectorAll('#tail tbody tr td')].map((td) => td.textContent)"
+        let tail = try browser.waitFor("\(cells).includes('winback_offer') && !\(cells).includes('onboarding')", timeout: 30)
+        let seen = try browser.evaluate(cells)
+        #expect(tail, "tail after the run went live: \(seen)")
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
+}
