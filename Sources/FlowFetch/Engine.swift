@@ -41,9 +41,11 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    public let configuration: Configuration
+    // Unchecked exclusivity (this and the rest of the engine's state): the engine is driven from one
+    // thread at a time and no access outlives the statement that makes it.
+    @exclusivity(unchecked) public private(set) var configuration: Configuration
     /// The configuration's requestTimeout in engine time, converted once.
-    private let requestTimeout: EngineTime
+    @exclusivity(unchecked) private var requestTimeout: EngineTime
     // Unchecked exclusivity: read on every call; the engine is driven from one thread at a time and
     // no access outlives the statement that makes it.
     @exclusivity(unchecked) public private(set) var profile: Profile
@@ -101,6 +103,30 @@ public final class FlowEngine: CacheView {
         self.events = events ?? NoEventSink()
         self.reportsEvents = events != nil
         self.newTrace = traceIDs
+    }
+
+    /// Returns the engine to the state `init` leaves it in, for `profile` (and `configuration` when
+    /// given), over the same stores, host, sink and trace ids: no call running, ids counted from 1
+    /// again, and the flow cache's memory layer emptied as a restart empties it (its disk layer and
+    /// the layout store keep their entries). A call still running is dropped without ending: neither
+    /// the host nor the sink hears of it, and ids handed out before the reset must not be passed back
+    /// (they are handed out again). A driver that plays many short sessions one after another
+    /// (the strategy lab) reuses one engine this way instead of building and freeing one per session.
+    public func reset(profile: Profile, configuration: Configuration? = nil) {
+        if let configuration {
+            self.configuration = configuration
+            requestTimeout = EngineTime(seconds: configuration.requestTimeout)
+        }
+        self.profile = profile
+        flowCache.removeMemory()
+        calls.removeAll()
+        requestOwners.removeAll()
+        timerOwners.removeAll()
+        attributionWatchers.removeAll(keepingCapacity: true)
+        nextID = 1
+        lastTrace = nil
+        lastKey = nil
+        pendingEvents.removeAll(keepingCapacity: true)
     }
 
     // MARK: calls (inputs from the app)
@@ -255,6 +281,14 @@ public final class FlowEngine: CacheView {
     }
 
     public func readLayout(_ ref: LayoutRef) -> Layout? { layouts.read(ref) }
+
+    /// Buckets drawn lately: a session asks for the same audience versions again and again, and the
+    /// bucket of a (version, profile) pair never changes, so its MD5 need not be computed again.
+    @exclusivity(unchecked) private var buckets = VariationDraw.BucketMemo()
+
+    public func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation? {
+        VariationDraw.pick(payload, profileId: profileId, memo: &buckets)
+    }
 
     // MARK: running machines
 

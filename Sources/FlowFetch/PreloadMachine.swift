@@ -97,7 +97,7 @@ public struct PreloadMachine: FetchMachine {
         byTag[tag] = nil
         var result = completion.result
         if case .success(let body) = result {
-            if case .audience(let payload) = body, let v = VariationDraw.pick(payload, profileId: profileId) {
+            if case .audience(let payload) = body, let v = cache.drawVariation(payload, profileId: profileId) {
                 let fromDefault = phase == .defaultAudience
                 let flow = Flow(payload: payload, variation: v, source: fromDefault ? .defaultAudience : .network,
                                 targetingLost: fromDefault)

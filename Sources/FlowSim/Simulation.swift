@@ -49,8 +49,8 @@ public struct Simulation: Sendable {
                 let last = min(first + Self.shardSize, total)
                 for index in first..<last {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
-                    for (k, strategy) in config.strategies.enumerated() {
-                        world.play(plan, strategy, into: &tallies[k])
+                    for k in config.strategies.indices {
+                        world.play(plan, config.strategies[k], into: &tallies[k])
                     }
                 }
                 busy += threadCPUSeconds() - begin
@@ -82,11 +82,11 @@ public struct Simulation: Sendable {
     /// Plays one session with one strategy and returns the engine's events (for timelines and the
     /// dashboard); the numbers are those of session `index` of a run with `seed`.
     public func events(session index: Int, seed: UInt64? = nil, strategy: Strategy) -> [EngineEvent] {
-        let world = SessionWorld(config: config)
         let collector = EventCollector(forward: nil)
+        let world = SessionWorld(config: config, events: collector)
         let plan = SessionPlan(index: index, seed: seed ?? config.seed, population: config.population)
         var tally = StrategyTally()
-        world.play(plan, strategy, into: &tally, events: collector)
+        world.play(plan, strategy, into: &tally)
         return collector.events
     }
 }
@@ -270,8 +270,13 @@ final class SessionWorld: EngineHost {
     @exclusivity(unchecked) private var results: [(at: Double, flow: Flow?)?] = []
     @exclusivity(unchecked) private var requests = 0
     @exclusivity(unchecked) private var calls = 0
+    @exclusivity(unchecked) private var traceHigh: UInt64 = 1
+    @exclusivity(unchecked) private var traceCounter: UInt64 = 0
+    /// Where the engine's events go (nil: nowhere).
+    private let events: EngineEventSink?
 
-    init(config: SimulationConfig) {
+    init(config: SimulationConfig, events: EngineEventSink? = nil) {
+        self.events = events
         placements = config.population.placements.map(\.id)
         placementIndex = Dictionary(placements.enumerated().map { ($1, $0) }, uniquingKeysWith: { a, _ in a })
         var targeted: [AudiencePayload] = [], all: [AudiencePayload] = []
@@ -297,25 +302,39 @@ final class SessionWorld: EngineHost {
     }
 
     /// Plays `plan` with `strategy` and adds what happened to `tally`.
-    func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally, events: EngineEventSink? = nil) {
+    func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally) {
         self.plan = plan
         queue.reset()
         network = SimulationRandom(seed: plan.networkSeed)
         ops.removeAll(keepingCapacity: true)
         pending.removeAll(keepingCapacity: true)
-        results = Array(repeating: nil, count: plan.needs.count)
+        results.removeAll(keepingCapacity: true)
+        results.append(contentsOf: repeatElement(nil, count: plan.needs.count))
         requests = 0
         calls = 0
         starting = nil
 
         let withFallback = strategy.fallbackFile ?? populationFallback
-        var traceCounter: UInt64 = 0
-        let engine = FlowEngine(
-            configuration: .init(requestTimeout: strategy.requestTimeout, fallback: withFallback ? fallback : nil, activatedAt: 0),
-            profile: Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? ["appleAds"] : []),
-            flowCache: FlowCache(disk: NullDiskStore()), layouts: layouts, host: self, events: events,
-            traceIDs: { traceCounter += 1; return TraceID(high: plan.networkSeed | 1, low: traceCounter) })
-        self.engine = engine
+        traceHigh = plan.networkSeed | 1
+        traceCounter = 0
+        let configuration = FlowEngine.Configuration(requestTimeout: strategy.requestTimeout,
+                                                     fallback: withFallback ? fallback : nil, activatedAt: 0)
+        let profile = Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? ["appleAds"] : [])
+        // One engine per world, reset for each session: the same engine a new one would be (the
+        // reset's tests check that), without building and freeing its tables every session.
+        let engine: FlowEngine
+        if let reused = self.engine {
+            engine = reused
+            engine.reset(profile: profile, configuration: configuration)
+        } else {
+            engine = FlowEngine(configuration: configuration, profile: profile, flowCache: FlowCache(disk: NullDiskStore()),
+                                layouts: layouts, host: self, events: events,
+                                traceIDs: { [unowned self] in
+                                    self.traceCounter += 1
+                                    return TraceID(high: self.traceHigh, low: self.traceCounter)
+                                })
+            self.engine = engine
+        }
 
         if plan.returning {
             for (key, entry) in cacheAtStart(of: plan) {
@@ -383,7 +402,6 @@ final class SessionWorld: EngineHost {
             tally.sources[source] += 1
             tally.placements[need.placement].sources[source] += 1
         }
-        self.engine = nil
         self.plan = nil
     }
 
@@ -445,7 +463,7 @@ final class SessionWorld: EngineHost {
         guard let plan else { return }
         let now = queue.now
         // One lookup of the placement serves both the network and the answer.
-        let index = spec.placement.flatMap { placementIndex[$0] }
+        let index = spec.placement.flatMap(placementIndex(of:))
         var net = plan.network
         if let i = index {
             switch spec.kind {
@@ -473,6 +491,16 @@ final class SessionWorld: EngineHost {
             completion = notFound
         }
         queue.schedule(.response(request, completion), at: now + EngineTime(seconds: latency))
+    }
+
+    /// The index of a placement: a scan of the few placements (the engine hands back the ids it was
+    /// given, so equal ids are usually the same string and compare at once), then the table.
+    private func placementIndex(of id: String) -> Int? {
+        if placements.count <= 8 {
+            for i in placements.indices where placements[i] == id { return i }
+            return nil
+        }
+        return placementIndex[id]
     }
 
     func cancel(_ request: RequestID) {}  // the engine ignores answers to requests it no longer owns
