@@ -229,12 +229,19 @@ final class NullDiskStore: FlowDiskStore {
 final class SessionWorld: EngineHost {
     /// The audience attribution-targeted users get.
     static let targetedAudience = "Apple Ads"
+    /// The attribution sources of a returning attributed user (one set, shared).
+    private static let appleAds: Set<String> = ["appleAds"]
 
     private enum Due {
-        case response(RequestID, RequestCompletion)
+        case response(RequestID, Answer)
         case timer(TimerID)
         case attribution
         case op(Int)
+    }
+    /// What the backend answers a request (an index into the world's prepared answers, so that the
+    /// queue moves no payloads around).
+    private enum Answer {
+        case targeted(Int), `default`(Int), notFound, reset, server
     }
     private enum Op {
         case getFlow(need: Int, FetchPolicy, loadTimeout: Double)
@@ -270,6 +277,10 @@ final class SessionWorld: EngineHost {
     @exclusivity(unchecked) private var results: [(at: Double, flow: Flow?)?] = []
     @exclusivity(unchecked) private var requests = 0
     @exclusivity(unchecked) private var calls = 0
+    @exclusivity(unchecked) private var preloadIds: [String] = []
+    @exclusivity(unchecked) private var sessionNetwork = NetworkProfile(median: 1, p95: 1)
+    /// When the backend applies appleAds in this session (EngineTime.max: never).
+    @exclusivity(unchecked) private var attributionAt = EngineTime.zero
     @exclusivity(unchecked) private var traceHigh: UInt64 = 1
     @exclusivity(unchecked) private var traceCounter: UInt64 = 0
     /// Where the engine's events go (nil: nowhere).
@@ -303,7 +314,13 @@ final class SessionWorld: EngineHost {
 
     /// Plays `plan` with `strategy` and adds what happened to `tally`.
     func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally) {
-        self.plan = plan
+        // The strategies of a session play one after another: the plan is copied in once per session.
+        if self.plan?.networkSeed != plan.networkSeed || self.plan?.profileId != plan.profileId {
+            self.plan = plan
+            preloadIds = plan.eligible.map { placements[$0] }
+        }
+        sessionNetwork = plan.network
+        attributionAt = EngineTime(seconds: plan.attributionAt)
         queue.reset()
         network = SimulationRandom(seed: plan.networkSeed)
         ops.removeAll(keepingCapacity: true)
@@ -319,7 +336,7 @@ final class SessionWorld: EngineHost {
         traceCounter = 0
         let configuration = FlowEngine.Configuration(requestTimeout: strategy.requestTimeout,
                                                      fallback: withFallback ? fallback : nil, activatedAt: 0)
-        let profile = Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? ["appleAds"] : [])
+        let profile = Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? Self.appleAds : [])
         // One engine per world, reset for each session: the same engine a new one would be (the
         // reset's tests check that), without building and freeing its tables every session.
         let engine: FlowEngine
@@ -349,7 +366,7 @@ final class SessionWorld: EngineHost {
                 schedule(.getFlow(need: n, policy, loadTimeout: t), at: moment == .needed ? need.at : 0)
             }
         case .preloadThenCache(let t, let policy):
-            if !plan.eligible.isEmpty { schedule(.preload(plan.eligible.map { placements[$0] }, loadTimeout: t), at: 0) }
+            if !plan.eligible.isEmpty { schedule(.preload(preloadIds, loadTimeout: t), at: 0) }
             for (n, need) in plan.needs.enumerated() { schedule(.getFlow(need: n, policy, loadTimeout: t), at: need.at) }
         case .waitThenFetch(let delay, let policy, let t, let moment):
             for (n, need) in plan.needs.enumerated() {
@@ -362,7 +379,14 @@ final class SessionWorld: EngineHost {
         while let due = queue.next() {
             let now = queue.now
             switch due {
-            case .response(let rid, let completion): engine.response(rid, completion, now: now)
+            case .response(let rid, let answer):
+                switch answer {
+                case .targeted(let i): engine.response(rid, targetedAnswers[i], now: now)
+                case .default(let i): engine.response(rid, defaultAnswers[i], now: now)
+                case .notFound: engine.response(rid, notFound, now: now)
+                case .reset: engine.response(rid, resetFailure, now: now)
+                case .server: engine.response(rid, serverFailure, now: now)
+                }
             case .timer(let tid): engine.timerFired(tid, now: now)
             case .attribution: engine.applyAttribution("appleAds", now: now)
             case .op(let k): perform(ops[k], now: now)
@@ -402,7 +426,6 @@ final class SessionWorld: EngineHost {
             tally.sources[source] += 1
             tally.placements[need.placement].sources[source] += 1
         }
-        self.plan = nil
     }
 
     /// What a returning user's cache holds when the session starts: the same for every strategy
@@ -460,11 +483,10 @@ final class SessionWorld: EngineHost {
 
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
         requests += 1
-        guard let plan else { return }
         let now = queue.now
         // One lookup of the placement serves both the network and the answer.
         let index = spec.placement.flatMap(placementIndex(of:))
-        var net = plan.network
+        var net = sessionNetwork
         if let i = index {
             switch spec.kind {
             case .targeted: if let n = requestNetworks[i].targeted { net = n }
@@ -476,21 +498,21 @@ final class SessionWorld: EngineHost {
         let u = network.uniform()
         let latency = net.latency.sample(&network)
         if u < net.hang { return }
-        let completion: RequestCompletion
+        let answer: Answer
         if u < net.hang + net.reset {
-            completion = resetFailure
+            answer = .reset
         } else if u < net.hang + net.reset + net.http5xx {
-            completion = serverFailure
+            answer = .server
         } else if let i = index {
             switch spec.kind {
-            case .targeted: completion = EngineTime(seconds: plan.attributionAt) <= now ? targetedAnswers[i] : defaultAnswers[i]
-            case .default: completion = defaultAnswers[i]
-            default: completion = notFound
+            case .targeted: answer = attributionAt <= now ? .targeted(i) : .default(i)
+            case .default: answer = .default(i)
+            default: answer = .notFound
             }
         } else {
-            completion = notFound
+            answer = .notFound
         }
-        queue.schedule(.response(request, completion), at: now + EngineTime(seconds: latency))
+        queue.schedule(.response(request, answer), at: now + EngineTime(seconds: latency))
     }
 
     /// The index of a placement: a scan of the few placements (the engine hands back the ids it was
