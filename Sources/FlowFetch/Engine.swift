@@ -69,12 +69,12 @@ public final class FlowEngine: CacheView {
     /// A running call. A reference, so that updating one in the table never moves its machine.
     private final class Call {
         @exclusivity(unchecked) var machine: Machine
-        let info: CallInfo
+        @exclusivity(unchecked) var info: CallInfo
         var trace: TraceID { info.trace }
         /// The call that started this one as a sub-call, with its tag; nil for top-level and background calls.
-        var parent: (call: CallID, tag: Int)?
+        @exclusivity(unchecked) var parent: (call: CallID, tag: Int)?
         /// Whether the host hears of its end (false for background work and sub-calls).
-        let reported: Bool
+        @exclusivity(unchecked) var reported: Bool
         /// The requests, timers and sub-calls it owns, by the machine's tags.
         @exclusivity(unchecked) var owned = Owned()
 
@@ -87,7 +87,8 @@ public final class FlowEngine: CacheView {
     @exclusivity(unchecked) private var calls = IDTable<Call>()
     @exclusivity(unchecked) private var requestOwners = IDTable<(call: CallID, tag: Int)>()
     @exclusivity(unchecked) private var timerOwners = IDTable<(call: CallID, tag: Int)>()
-    @exclusivity(unchecked) private var attributionWatchers: Set<CallID> = []
+    /// Calls waiting for attribution: a few at most, so a list (no hashing) rather than a set.
+    @exclusivity(unchecked) private var attributionWatchers: [CallID] = []
     @exclusivity(unchecked) private var nextID = 1
 
     /// An engine for `profile` over the given stores. `traceIDs` makes trace ids (random in production,
@@ -255,7 +256,7 @@ public final class FlowEngine: CacheView {
         }
         guard source == "appleAds" else { return }
         for id in attributionWatchers.sorted() {
-            attributionWatchers.remove(id)
+            stopWatching(id)
             drive(id, .attributionApplied, now: now)
         }
     }
@@ -308,7 +309,7 @@ public final class FlowEngine: CacheView {
             // A call that ends during its start (a cache hit) never enters the call table.
             performWithinStart(&actions, id, info, parent: parent, reported: reported, now: now)
         } else {
-            calls[id.raw] = Call(machine: machine, info: info, parent: parent, reported: reported)
+            calls[id.raw] = makeCall(machine: machine, info: info, parent: parent, reported: reported)
             perform(&actions, for: id, now: now)
         }
         giveBack(&actions)
@@ -339,6 +340,30 @@ public final class FlowEngine: CacheView {
         return action
     }
 
+    /// Ended calls kept for reuse, with their lists' storage: a session starts and ends calls all the
+    /// time, and a new call then allocates nothing.
+    @exclusivity(unchecked) private var spareCalls: [Call] = []
+
+    private func makeCall(machine: consuming Machine, info: CallInfo, parent: (call: CallID, tag: Int)?, reported: Bool) -> Call {
+        guard let call = spareCalls.popLast() else {
+            return Call(machine: machine, info: info, parent: parent, reported: reported)
+        }
+        call.machine = machine
+        call.info = info
+        call.parent = parent
+        call.reported = reported
+        return call
+    }
+
+    /// Keeps an ended call for reuse, if nothing else holds it (an input still being handled for it
+    /// recycles it when done instead).
+    private func recycle(_ call: inout Call) {
+        guard spareCalls.count < 16, isKnownUniquelyReferenced(&call) else { return }
+        call.owned.removeAll()
+        call.parent = nil
+        spareCalls.append(call)
+    }
+
     /// Action buffers to reuse: a cache hit then allocates none.
     @exclusivity(unchecked) private var spareActions: [[MachineAction]] = []
 
@@ -361,10 +386,11 @@ public final class FlowEngine: CacheView {
     /// Runs one input through a call's machine (mutated in place in the call table), then carries
     /// out the actions it returned.
     private func drive(_ id: CallID, _ input: MachineInput, now: EngineTime) {
-        guard let call = calls[id.raw] else { return }
+        guard var call = calls[id.raw] else { return }
         var actions = takeActionBuffer()
         call.machine.handle(input, now: now, cache: self, actions: &actions)
         perform(&actions, for: id, now: now)
+        if calls[id.raw] !== call { recycle(&call) }  // it ended while this input was handled
         giveBack(&actions)
         flushEvents()
     }
@@ -442,7 +468,7 @@ public final class FlowEngine: CacheView {
                     abort(childID, FlowError(.operationInterrupted, "superseded"), now: now)
                 }
             case .watchAttribution:
-                attributionWatchers.insert(id)
+                if !attributionWatchers.contains(id) { attributionWatchers.append(id) }
             case .prefetchAssets(let urls):
                 let placement: String
                 if case .layout(let m) = running.machine { placement = m.flow.placementId } else { placement = "" }
@@ -481,7 +507,7 @@ public final class FlowEngine: CacheView {
     }
 
     private func finish(_ id: CallID, _ outcome: CallOutcome, now: EngineTime) {
-        guard let call = calls.removeValue(forKey: id.raw) else { return }
+        guard var call = calls.removeValue(forKey: id.raw) else { return }
         for entry in call.owned.entries {
             switch entry.kind {
             case .request: requestOwners[entry.raw] = nil; flushEvents(); host.cancel(RequestID(raw: entry.raw))
@@ -489,8 +515,14 @@ public final class FlowEngine: CacheView {
             case .child: break
             }
         }
-        if !attributionWatchers.isEmpty { attributionWatchers.remove(id) }
-        conclude(id, parent: call.parent, reported: call.reported, outcome, now: now)
+        if !attributionWatchers.isEmpty { stopWatching(id) }
+        let parent = call.parent, reported = call.reported
+        recycle(&call)
+        conclude(id, parent: parent, reported: reported, outcome, now: now)
+    }
+
+    private func stopWatching(_ id: CallID) {
+        if let i = attributionWatchers.firstIndex(of: id) { attributionWatchers.remove(at: i) }
     }
 
     /// Hands an ended call's outcome to its parent, or to the host when the host started it.
@@ -559,6 +591,9 @@ private struct Owned {
             entries.append((kind, tag, raw))
         }
     }
+
+    /// Removes every entry, keeping the storage.
+    mutating func removeAll() { entries.removeAll(keepingCapacity: true) }
 
     /// Removes the entry of `kind` with `tag`; returns its id.
     mutating func remove(_ kind: Kind, tag: Int) -> Int? {

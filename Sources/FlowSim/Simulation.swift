@@ -281,8 +281,7 @@ final class SessionWorld: EngineHost {
     @exclusivity(unchecked) private var sessionNetwork = NetworkProfile(median: 1, p95: 1)
     /// When the backend applies appleAds in this session (EngineTime.max: never).
     @exclusivity(unchecked) private var attributionAt = EngineTime.zero
-    @exclusivity(unchecked) private var traceHigh: UInt64 = 1
-    @exclusivity(unchecked) private var traceCounter: UInt64 = 0
+    private let traces = SessionTraces()
     /// Where the engine's events go (nil: nowhere).
     private let events: EngineEventSink?
 
@@ -332,8 +331,7 @@ final class SessionWorld: EngineHost {
         starting = nil
 
         let withFallback = strategy.fallbackFile ?? populationFallback
-        traceHigh = plan.networkSeed | 1
-        traceCounter = 0
+        traces.start(high: plan.networkSeed | 1)
         let configuration = FlowEngine.Configuration(requestTimeout: strategy.requestTimeout,
                                                      fallback: withFallback ? fallback : nil, activatedAt: 0)
         let profile = Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? Self.appleAds : [])
@@ -346,10 +344,7 @@ final class SessionWorld: EngineHost {
         } else {
             engine = FlowEngine(configuration: configuration, profile: profile, flowCache: FlowCache(disk: NullDiskStore()),
                                 layouts: layouts, host: self, events: events,
-                                traceIDs: { [unowned self] in
-                                    self.traceCounter += 1
-                                    return TraceID(high: self.traceHigh, low: self.traceCounter)
-                                })
+                                traceIDs: { [traces] in traces.next() })
             self.engine = engine
         }
 
@@ -405,8 +400,7 @@ final class SessionWorld: EngineHost {
             let result = results[n] ?? (at: .infinity, flow: nil)
             let shownAt = max(need.at, result.at)
             let wait = max(0, result.at - need.at)
-            tally.timeToFlow.add(wait)
-            tally.placements[need.placement].timeToFlow.add(wait)
+            tally.timeToFlow.add(wait, alsoTo: &tally.placements[need.placement].timeToFlow)
             let source: Int
             if let flow = result.flow {
                 switch flow.source {
@@ -541,6 +535,20 @@ final class SessionWorld: EngineHost {
             return  // a preload
         }
         if results[need] == nil { results[need] = (now.seconds, outcome.flow) }
+    }
+}
+
+/// A session's trace ids: the session's seed and a counter from 1 (held by the engine's trace-id
+/// closure, so that the closure needs no reference back to the world).
+private final class SessionTraces {
+    @exclusivity(unchecked) private var high: UInt64 = 1
+    @exclusivity(unchecked) private var counter: UInt64 = 0
+
+    func start(high: UInt64) { self.high = high; counter = 0 }
+
+    func next() -> TraceID {
+        counter += 1
+        return TraceID(high: high, low: counter)
     }
 }
 
