@@ -194,7 +194,10 @@ public final class FlowEngine: CacheView {
     public func response(_ request: RequestID, _ completion: RequestCompletion, now: EngineTime) {
         guard let owner = requestOwners.removeValue(forKey: request.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.request, tag: owner.tag)
-        drive(owner.call, .response(tag: owner.tag, completion), now: now)
+        // Handed to the machine in place: wrapped in an input, the completion would be copied out again.
+        drive(owner.call, now: now) { machine, actions in
+            machine.response(tag: owner.tag, completion, now: now, cache: self, actions: &actions)
+        }
     }
 
     /// A timer has fired.
@@ -386,9 +389,15 @@ public final class FlowEngine: CacheView {
     /// Runs one input through a call's machine (mutated in place in the call table), then carries
     /// out the actions it returned.
     private func drive(_ id: CallID, _ input: MachineInput, now: EngineTime) {
+        drive(id, now: now) { machine, actions in machine.handle(input, now: now, cache: self, actions: &actions) }
+    }
+
+    /// ``drive(_:_:now:)`` with the machine's handling given as `handle`.
+    @inline(__always)
+    private func drive(_ id: CallID, now: EngineTime, _ handle: (inout Machine, inout [MachineAction]) -> Void) {
         guard var call = calls[id.raw] else { return }
         var actions = takeActionBuffer()
-        call.machine.handle(input, now: now, cache: self, actions: &actions)
+        handle(&call.machine, &actions)
         perform(&actions, for: id, now: now)
         if calls[id.raw] !== call { recycle(&call) }  // it ended while this input was handled
         giveBack(&actions)
@@ -619,6 +628,21 @@ private enum Machine: Sendable {
         case .layout(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .layout(m)
         case .prefetch(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .prefetch(m)
         case .profile(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .profile(m)
+        }
+    }
+}
+
+extension Machine {
+    /// A response for the machine, passed on without being wrapped in an input (and so copied).
+    @inline(__always)
+    mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: FlowEngine, actions: inout [MachineAction]) {
+        switch consume self {
+        case .get(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .get(m)
+        case .preload(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .preload(m)
+        case .orDefault(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .orDefault(m)
+        case .layout(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .layout(m)
+        case .prefetch(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .prefetch(m)
+        case .profile(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .profile(m)
         }
     }
 }

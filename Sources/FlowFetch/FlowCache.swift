@@ -257,6 +257,7 @@ public final class FlowCache {
     /// Empties the memory layer, as a restart does (the disk layer keeps its entries); the memory
     /// layer keeps its storage for the entries to come.
     public func removeMemory() {
+        guard !memory.isEmpty else { return }
         memory.removeAll(keepingCapacity: true)
     }
 

@@ -62,7 +62,10 @@ public enum VariationDraw {
 
         /// The bucket of the pair, from memory or computed (and then remembered).
         mutating func bucket(audienceVersionId: String, profileId: String) -> Int {
-            for e in entries where e.versionId == audienceVersionId && e.profileId == profileId { return e.bucket }
+            // By index, compared in place (iterating the entries would copy, and retain, each one's ids).
+            for i in entries.indices where entries[i].versionId == audienceVersionId && entries[i].profileId == profileId {
+                return entries[i].bucket
+            }
             let b = VariationDraw.bucket(audienceVersionId: audienceVersionId, profileId: profileId)
             if entries.count < Self.capacity {
                 if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
