@@ -3,25 +3,37 @@ import Synchronization
 import Testing
 
 /// Writes down everything an engine asks of its host and every event it reports, in order.
-private final class Transcript: EngineHost, EngineEventSink, @unchecked Sendable {
-    // @unchecked: used only from the test's own thread (the engine calls it synchronously).
-    var lines: [String] = []
-    var sent: [(RequestID, RequestSpec)] = []
-    var timers: [TimerID] = []
+private final class Transcript: EngineHost, EngineEventSink {
+    private struct Record {
+        var lines: [String] = []
+        var sent: [(RequestID, RequestSpec)] = []
+        var timers: [TimerID] = []
+    }
+    private let record = Mutex(Record())
+
+    var lines: [String] { record.withLock { $0.lines } }
+    var sent: [(RequestID, RequestSpec)] { record.withLock { $0.sent } }
+    var timers: [TimerID] { record.withLock { $0.timers } }
+    func clear() { record.withLock { $0 = Record() } }
+
+    private func add(_ line: String) { record.withLock { $0.lines.append(line) } }
 
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
-        sent.append((request, spec))
-        lines.append("send \(request.raw) \(spec.kind) \(spec.placement ?? "-") \(spec.profileId) \(spec.timeout) origin \(origin.raw)")
+        record.withLock { $0.sent.append((request, spec)) }
+        add("send \(request.raw) \(spec.kind) \(spec.placement ?? "-") \(spec.profileId) \(spec.timeout) origin \(origin.raw)")
     }
-    func cancel(_ request: RequestID) { lines.append("cancel \(request.raw)") }
-    func schedule(_ timer: TimerID, at: EngineTime) { timers.append(timer); lines.append("schedule \(timer.raw) at \(at)") }
-    func unschedule(_ timer: TimerID) { lines.append("unschedule \(timer.raw)") }
+    func cancel(_ request: RequestID) { add("cancel \(request.raw)") }
+    func schedule(_ timer: TimerID, at: EngineTime) {
+        record.withLock { $0.timers.append(timer) }
+        add("schedule \(timer.raw) at \(at)")
+    }
+    func unschedule(_ timer: TimerID) { add("unschedule \(timer.raw)") }
     func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         let what = outcome.flow.map { "\($0.variationId) \($0.source) \($0.audienceName)" } ?? "\(outcome.error?.code.rawValue ?? 0)"
-        lines.append("finished \(call.raw) \(what) at \(now)")
+        add("finished \(call.raw) \(what) at \(now)")
     }
     func receive(_ event: EngineEvent) {
-        lines.append("event \(event.name.rawValue) \(event.t) \(event.placement ?? "-") \(event.trace) \(event.span) \(event.attrs)")
+        add("event \(event.name.rawValue) \(event.t) \(event.placement ?? "-") \(event.trace) \(event.span) \(event.attrs)")
     }
 }
 
@@ -51,8 +63,7 @@ struct EngineResetTests {
                    layouts: InMemoryLayoutStore(), host: t, events: t, traceIDs: { counter.next() })
     }
 
-    private final class Counter: @unchecked Sendable {
-        // @unchecked: used only from the test's own thread.
+    private final class Counter {
         var n: UInt64 = 0
         func next() -> TraceID { n += 1; return TraceID(high: 7, low: n) }
     }
@@ -89,7 +100,7 @@ struct EngineResetTests {
 
         reused.reset(profile: Profile(id: "user-1"), configuration: config)
         usedCounter.n = 0
-        used.lines = []; used.sent = []; used.timers = []
+        used.clear()
         #expect(reused.lastTrace == nil)
         #expect(reused.profile == Profile(id: "user-1"))
         #expect(reused.configuration.requestTimeout == 4)
