@@ -41,9 +41,11 @@ public final class FlowEngine: CacheView {
         }
     }
 
-    public let configuration: Configuration
+    // Unchecked exclusivity (this and the rest of the engine's state): the engine is driven from one
+    // thread at a time and no access outlives the statement that makes it.
+    @exclusivity(unchecked) public private(set) var configuration: Configuration
     /// The configuration's requestTimeout in engine time, converted once.
-    private let requestTimeout: EngineTime
+    @exclusivity(unchecked) private var requestTimeout: EngineTime
     // Unchecked exclusivity: read on every call; the engine is driven from one thread at a time and
     // no access outlives the statement that makes it.
     @exclusivity(unchecked) public private(set) var profile: Profile
@@ -67,12 +69,12 @@ public final class FlowEngine: CacheView {
     /// A running call. A reference, so that updating one in the table never moves its machine.
     private final class Call {
         @exclusivity(unchecked) var machine: Machine
-        let info: CallInfo
+        @exclusivity(unchecked) var info: CallInfo
         var trace: TraceID { info.trace }
         /// The call that started this one as a sub-call, with its tag; nil for top-level and background calls.
-        var parent: (call: CallID, tag: Int)?
+        @exclusivity(unchecked) var parent: (call: CallID, tag: Int)?
         /// Whether the host hears of its end (false for background work and sub-calls).
-        let reported: Bool
+        @exclusivity(unchecked) var reported: Bool
         /// The requests, timers and sub-calls it owns, by the machine's tags.
         @exclusivity(unchecked) var owned = Owned()
 
@@ -85,7 +87,8 @@ public final class FlowEngine: CacheView {
     @exclusivity(unchecked) private var calls = IDTable<Call>()
     @exclusivity(unchecked) private var requestOwners = IDTable<(call: CallID, tag: Int)>()
     @exclusivity(unchecked) private var timerOwners = IDTable<(call: CallID, tag: Int)>()
-    @exclusivity(unchecked) private var attributionWatchers: Set<CallID> = []
+    /// Calls waiting for attribution: a few at most, so a list (no hashing) rather than a set.
+    @exclusivity(unchecked) private var attributionWatchers: [CallID] = []
     @exclusivity(unchecked) private var nextID = 1
 
     /// An engine for `profile` over the given stores. `traceIDs` makes trace ids (random in production,
@@ -101,6 +104,30 @@ public final class FlowEngine: CacheView {
         self.events = events ?? NoEventSink()
         self.reportsEvents = events != nil
         self.newTrace = traceIDs
+    }
+
+    /// Returns the engine to the state `init` leaves it in, for `profile` (and `configuration` when
+    /// given), over the same stores, host, sink and trace ids: no call running, ids counted from 1
+    /// again, and the flow cache's memory layer emptied as a restart empties it (its disk layer and
+    /// the layout store keep their entries). A call still running is dropped without ending: neither
+    /// the host nor the sink hears of it, and ids handed out before the reset must not be passed back
+    /// (they are handed out again). A driver that plays many short sessions one after another
+    /// (the strategy lab) reuses one engine this way instead of building and freeing one per session.
+    public func reset(profile: Profile, configuration: Configuration? = nil) {
+        if let configuration {
+            self.configuration = configuration
+            requestTimeout = EngineTime(seconds: configuration.requestTimeout)
+        }
+        self.profile = profile
+        flowCache.removeMemory()
+        calls.removeAll()
+        requestOwners.removeAll()
+        timerOwners.removeAll()
+        attributionWatchers.removeAll(keepingCapacity: true)
+        nextID = 1
+        lastTrace = nil
+        lastKey = nil
+        pendingEvents.removeAll(keepingCapacity: true)
     }
 
     // MARK: calls (inputs from the app)
@@ -167,7 +194,10 @@ public final class FlowEngine: CacheView {
     public func response(_ request: RequestID, _ completion: RequestCompletion, now: EngineTime) {
         guard let owner = requestOwners.removeValue(forKey: request.raw) else { return }
         _ = calls[owner.call.raw]?.owned.remove(.request, tag: owner.tag)
-        drive(owner.call, .response(tag: owner.tag, completion), now: now)
+        // Handed to the machine in place: wrapped in an input, the completion would be copied out again.
+        drive(owner.call, now: now) { machine, actions in
+            machine.response(tag: owner.tag, completion, now: now, cache: self, actions: &actions)
+        }
     }
 
     /// A timer has fired.
@@ -229,7 +259,7 @@ public final class FlowEngine: CacheView {
         }
         guard source == "appleAds" else { return }
         for id in attributionWatchers.sorted() {
-            attributionWatchers.remove(id)
+            stopWatching(id)
             drive(id, .attributionApplied, now: now)
         }
     }
@@ -256,6 +286,14 @@ public final class FlowEngine: CacheView {
 
     public func readLayout(_ ref: LayoutRef) -> Layout? { layouts.read(ref) }
 
+    /// Buckets drawn lately: a session asks for the same audience versions again and again, and the
+    /// bucket of a (version, profile) pair never changes, so its MD5 need not be computed again.
+    @exclusivity(unchecked) private var buckets = VariationDraw.BucketMemo()
+
+    public func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation? {
+        VariationDraw.pick(payload, profileId: profileId, memo: &buckets)
+    }
+
     // MARK: running machines
 
     private func begin(_ machine: consuming Machine, now: EngineTime, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
@@ -274,7 +312,7 @@ public final class FlowEngine: CacheView {
             // A call that ends during its start (a cache hit) never enters the call table.
             performWithinStart(&actions, id, info, parent: parent, reported: reported, now: now)
         } else {
-            calls[id.raw] = Call(machine: machine, info: info, parent: parent, reported: reported)
+            calls[id.raw] = makeCall(machine: machine, info: info, parent: parent, reported: reported)
             perform(&actions, for: id, now: now)
         }
         giveBack(&actions)
@@ -305,6 +343,30 @@ public final class FlowEngine: CacheView {
         return action
     }
 
+    /// Ended calls kept for reuse, with their lists' storage: a session starts and ends calls all the
+    /// time, and a new call then allocates nothing.
+    @exclusivity(unchecked) private var spareCalls: [Call] = []
+
+    private func makeCall(machine: consuming Machine, info: CallInfo, parent: (call: CallID, tag: Int)?, reported: Bool) -> Call {
+        guard let call = spareCalls.popLast() else {
+            return Call(machine: machine, info: info, parent: parent, reported: reported)
+        }
+        call.machine = machine
+        call.info = info
+        call.parent = parent
+        call.reported = reported
+        return call
+    }
+
+    /// Keeps an ended call for reuse, if nothing else holds it (an input still being handled for it
+    /// recycles it when done instead).
+    private func recycle(_ call: inout Call) {
+        guard spareCalls.count < 16, isKnownUniquelyReferenced(&call) else { return }
+        call.owned.removeAll()
+        call.parent = nil
+        spareCalls.append(call)
+    }
+
     /// Action buffers to reuse: a cache hit then allocates none.
     @exclusivity(unchecked) private var spareActions: [[MachineAction]] = []
 
@@ -327,10 +389,17 @@ public final class FlowEngine: CacheView {
     /// Runs one input through a call's machine (mutated in place in the call table), then carries
     /// out the actions it returned.
     private func drive(_ id: CallID, _ input: MachineInput, now: EngineTime) {
-        guard let call = calls[id.raw] else { return }
+        drive(id, now: now) { machine, actions in machine.handle(input, now: now, cache: self, actions: &actions) }
+    }
+
+    /// ``drive(_:_:now:)`` with the machine's handling given as `handle`.
+    @inline(__always)
+    private func drive(_ id: CallID, now: EngineTime, _ handle: (inout Machine, inout [MachineAction]) -> Void) {
+        guard var call = calls[id.raw] else { return }
         var actions = takeActionBuffer()
-        call.machine.handle(input, now: now, cache: self, actions: &actions)
+        handle(&call.machine, &actions)
         perform(&actions, for: id, now: now)
+        if calls[id.raw] !== call { recycle(&call) }  // it ended while this input was handled
         giveBack(&actions)
         flushEvents()
     }
@@ -408,7 +477,7 @@ public final class FlowEngine: CacheView {
                     abort(childID, FlowError(.operationInterrupted, "superseded"), now: now)
                 }
             case .watchAttribution:
-                attributionWatchers.insert(id)
+                if !attributionWatchers.contains(id) { attributionWatchers.append(id) }
             case .prefetchAssets(let urls):
                 let placement: String
                 if case .layout(let m) = running.machine { placement = m.flow.placementId } else { placement = "" }
@@ -447,7 +516,7 @@ public final class FlowEngine: CacheView {
     }
 
     private func finish(_ id: CallID, _ outcome: CallOutcome, now: EngineTime) {
-        guard let call = calls.removeValue(forKey: id.raw) else { return }
+        guard var call = calls.removeValue(forKey: id.raw) else { return }
         for entry in call.owned.entries {
             switch entry.kind {
             case .request: requestOwners[entry.raw] = nil; flushEvents(); host.cancel(RequestID(raw: entry.raw))
@@ -455,8 +524,14 @@ public final class FlowEngine: CacheView {
             case .child: break
             }
         }
-        if !attributionWatchers.isEmpty { attributionWatchers.remove(id) }
-        conclude(id, parent: call.parent, reported: call.reported, outcome, now: now)
+        if !attributionWatchers.isEmpty { stopWatching(id) }
+        let parent = call.parent, reported = call.reported
+        recycle(&call)
+        conclude(id, parent: parent, reported: reported, outcome, now: now)
+    }
+
+    private func stopWatching(_ id: CallID) {
+        if let i = attributionWatchers.firstIndex(of: id) { attributionWatchers.remove(at: i) }
     }
 
     /// Hands an ended call's outcome to its parent, or to the host when the host started it.
@@ -526,6 +601,9 @@ private struct Owned {
         }
     }
 
+    /// Removes every entry, keeping the storage.
+    mutating func removeAll() { entries.removeAll(keepingCapacity: true) }
+
     /// Removes the entry of `kind` with `tag`; returns its id.
     mutating func remove(_ kind: Kind, tag: Int) -> Int? {
         guard let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) else { return nil }
@@ -550,6 +628,21 @@ private enum Machine: Sendable {
         case .layout(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .layout(m)
         case .prefetch(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .prefetch(m)
         case .profile(var m): m.handle(input, now: now, cache: cache, actions: &actions); self = .profile(m)
+        }
+    }
+}
+
+extension Machine {
+    /// A response for the machine, passed on without being wrapped in an input (and so copied).
+    @inline(__always)
+    mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: FlowEngine, actions: inout [MachineAction]) {
+        switch consume self {
+        case .get(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .get(m)
+        case .preload(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .preload(m)
+        case .orDefault(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .orDefault(m)
+        case .layout(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .layout(m)
+        case .prefetch(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .prefetch(m)
+        case .profile(var m): m.response(tag: tag, completion, now: now, cache: cache, actions: &actions); self = .profile(m)
         }
     }
 }

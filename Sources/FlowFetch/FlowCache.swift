@@ -254,6 +254,13 @@ public final class FlowCache {
         return WriteResult(stored: memory[key] != nil, bytes: bytes?.count ?? 0, evicted: evicted, corrupt: corrupt)
     }
 
+    /// Empties the memory layer, as a restart does (the disk layer keeps its entries); the memory
+    /// layer keeps its storage for the entries to come.
+    public func removeMemory() {
+        guard !memory.isEmpty else { return }
+        memory.removeAll(keepingCapacity: true)
+    }
+
     /// Drops every other profile's entries (identify).
     public func retainOnly(profileId: String) {
         memory = memory.filter { $0.key.profileId == profileId }

@@ -134,7 +134,7 @@ public struct GetFlowMachine: FetchMachine {
         var result = completion.result
         var drawn: (AudiencePayload, Variation)?
         if case .success(let body) = result {
-            if case .audience(let payload) = body, let v = VariationDraw.pick(payload, profileId: profileId) {
+            if case .audience(let payload) = body, let v = cache.drawVariation(payload, profileId: profileId) {
                 drawn = (payload, v)
             } else if case .audience = body {
                 result = .failure(.malformed(reason: "variation weights do not sum to 100"))

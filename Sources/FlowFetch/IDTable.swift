@@ -89,6 +89,13 @@ struct IDTable<Value> {
         return removed
     }
 
+    /// Removes every entry, keeping the storage.
+    mutating func removeAll() {
+        guard count > 0 else { return }
+        for i in slots.indices where slots[i].key != 0 { slots[i] = Slot(key: 0, value: nil) }
+        count = 0
+    }
+
     private mutating func grow() {
         let old = slots
         let capacity = max(8, old.count * 2)

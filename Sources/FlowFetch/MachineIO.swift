@@ -31,6 +31,15 @@ public protocol CacheView {
     func readFlow(placement: String) -> CacheRead
     /// A cached layout, if the layout cache holds this id and version.
     func readLayout(_ ref: LayoutRef) -> Layout?
+    /// The variation of `payload` for `profileId` (``VariationDraw/pick(_:profileId:)``); a view may
+    /// remember the buckets it drew, since a bucket never changes. The default draws afresh.
+    func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation?
+}
+
+extension CacheView {
+    public func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation? {
+        VariationDraw.pick(payload, profileId: profileId)
+    }
 }
 
 /// A call a machine starts as part of its own work (getFlowOrDefault's two paths).

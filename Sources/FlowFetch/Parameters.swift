@@ -44,8 +44,16 @@ public enum Budget {
 
     /// Placement ids trimmed, empty ones dropped, duplicates dropped keeping first-seen order.
     public static func normalizePlacements(_ ids: [String]) -> [String] {
-        var seen = Set<String>()
         var out: [String] = []
+        if ids.count <= 8 {
+            // A few ids: duplicates found by comparing, no hashing.
+            out.reserveCapacity(ids.count)
+            for id in ids {
+                if let p = normalizePlacement(id), !out.contains(p) { out.append(p) }
+            }
+            return out
+        }
+        var seen = Set<String>()
         for id in ids {
             if let p = normalizePlacement(id), seen.insert(p).inserted { out.append(p) }
         }

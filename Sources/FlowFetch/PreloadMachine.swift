@@ -24,13 +24,19 @@ public struct PreloadMachine: FetchMachine {
 
     private enum Phase: Sendable { case idle, targeted, defaultAudience, done }
     private enum State: Sendable, Hashable {
+        case unsent
         case pending(tag: Int)
         case succeeded
         case failed(RequestFailure)
     }
     private var phase = Phase.idle
-    private var states: [String: State] = [:]
-    private var byTag: [Int: String] = [:]
+    /// Per placement, by its index in `placements` (arrays, not dictionaries: a preload has a few
+    /// placements and tags, both numbered densely).
+    private var states: [State]
+    /// Per tag, the index of the placement whose request is still pending under it, or -1.
+    private var byTag: [Int] = []
+    /// Requests pending.
+    private var pendingCount = 0
     /// T in engine time (preloadFlows only), converted once from the caller's seconds.
     private let loadTimeout: EngineTime?
     private var startedAt = EngineTime.zero
@@ -56,6 +62,7 @@ public struct PreloadMachine: FetchMachine {
         self.loadTimeout = loadTimeout
         self.call = resolved
         self.placements = Budget.normalizePlacements(placements)
+        self.states = Array(repeating: .unsent, count: self.placements.count)
         self.profileId = profileId
         self.requestedLoadTimeout = requested
     }
@@ -84,20 +91,22 @@ public struct PreloadMachine: FetchMachine {
         switch call {
         case .targeted:
             phase = .targeted
-            sendAll(placements, kind: .targeted, budget: Budget.stageA(loadTimeout ?? Budget.minimumLoadTimeout), now: now, &actions)
+            sendAll(Array(placements.indices), kind: .targeted, budget: Budget.stageA(loadTimeout ?? Budget.minimumLoadTimeout), now: now, &actions)
         case .defaultAudience(let requestTimeout):
             phase = .defaultAudience
-            sendAll(placements, kind: .default, budget: requestTimeout, now: now, &actions)
+            sendAll(Array(placements.indices), kind: .default, budget: requestTimeout, now: now, &actions)
         }
     }
 
     public mutating func response(tag: Int, _ completion: RequestCompletion, now: EngineTime, cache: some CacheView,
                                   actions: inout [MachineAction]) {
-        guard let placement = byTag[tag], states[placement] == .pending(tag: tag) else { return }
-        byTag[tag] = nil
+        guard byTag.indices.contains(tag), case let index = byTag[tag], index >= 0, states[index] == .pending(tag: tag) else { return }
+        let placement = placements[index]
+        byTag[tag] = -1
+        pendingCount -= 1
         var result = completion.result
         if case .success(let body) = result {
-            if case .audience(let payload) = body, let v = VariationDraw.pick(payload, profileId: profileId) {
+            if case .audience(let payload) = body, let v = cache.drawVariation(payload, profileId: profileId) {
                 let fromDefault = phase == .defaultAudience
                 let flow = Flow(payload: payload, variation: v, source: fromDefault ? .defaultAudience : .network,
                                 targetingLost: fromDefault)
@@ -110,10 +119,10 @@ public struct PreloadMachine: FetchMachine {
         }
         emitRequestEnd(placement, tag: tag, result: result, bytes: completion.bytes, now: now, &actions)
         switch result {
-        case .success: states[placement] = .succeeded
-        case .failure(let f): states[placement] = .failed(f)
+        case .success: states[index] = .succeeded
+        case .failure(let f): states[index] = .failed(f)
         }
-        if byTag.isEmpty {
+        if pendingCount == 0 {
             actions.append(.clearTimer(tag: timerTag))
             endPhase(now: now, &actions)
         }
@@ -121,24 +130,25 @@ public struct PreloadMachine: FetchMachine {
 
     public mutating func timer(tag: Int, now: EngineTime, cache: some CacheView, actions: inout [MachineAction]) {
         guard tag == timerTag, phase == .targeted || phase == .defaultAudience else { return }
-        for (requestTag, placement) in byTag.sorted(by: { $0.key < $1.key }) {
+        for (requestTag, index) in byTag.enumerated() where index >= 0 {
+            let placement = placements[index]
             actions.append(.cancel(tag: requestTag))
             emitRequestEnd(placement, tag: requestTag, result: .failure(.timeout), bytes: 0, now: now, &actions)
             emit(.timeout, placement, ["stage": .string(phase == .targeted ? "batch" : "default"),
                                        "budget": seconds(phaseBudget), "elapsed": seconds(now - startedAt)], &actions)
-            states[placement] = .failed(.timeout)
+            states[index] = .failed(.timeout)
         }
-        byTag.removeAll()
+        clearPending()
         endPhase(now: now, &actions)
     }
 
     public mutating func abort(_ error: FlowError, now: EngineTime, actions: inout [MachineAction]) {
         guard phase != .done else { return }
-        for (requestTag, placement) in byTag.sorted(by: { $0.key < $1.key }) {
+        for (requestTag, index) in byTag.enumerated() where index >= 0 {
             actions.append(.cancel(tag: requestTag))
-            emitRequestEnd(placement, tag: requestTag, result: .failure(.cancelled), bytes: 0, now: now, &actions)
+            emitRequestEnd(placements[index], tag: requestTag, result: .failure(.cancelled), bytes: 0, now: now, &actions)
         }
-        byTag.removeAll()
+        clearPending()
         actions.append(.clearTimer(tag: timerTag))
         phase = .done
         emit(.preloadEnd, nil, ["call": .string(callName), "succeeded": .array([]), "failed": .object([:]),
@@ -146,14 +156,19 @@ public struct PreloadMachine: FetchMachine {
         actions.append(.finish(.failed(error)))
     }
 
+    private mutating func clearPending() {
+        for i in byTag.indices { byTag[i] = -1 }
+        pendingCount = 0
+    }
+
     private mutating func endPhase(now: EngineTime, _ actions: inout [MachineAction]) {
         if phase == .targeted, let t = loadTimeout {
-            let retry = placements.filter { if case .failed(let f) = states[$0] { f.errorClass.fallsBack } else { false } }
+            let retry = placements.indices.filter { if case .failed(let f) = states[$0] { f.errorClass.fallsBack } else { false } }
             if !retry.isEmpty {
                 phase = .defaultAudience
-                for p in retry {
-                    if case .failed(let f) = states[p] {
-                        emit(.fallback, p, ["to": "defaultAudience", "reason": .string(f.errorClass.rawValue)], &actions)
+                for i in retry {
+                    if case .failed(let f) = states[i] {
+                        emit(.fallback, placements[i], ["to": "defaultAudience", "reason": .string(f.errorClass.rawValue)], &actions)
                     }
                 }
                 sendAll(retry, kind: .default, budget: Budget.stageB(t, elapsed: now - startedAt), now: now, &actions)
@@ -164,13 +179,14 @@ public struct PreloadMachine: FetchMachine {
         var succeeded: [JSONValue] = []
         var failed: [String: JSONValue] = [:]
         var errors: [String: FlowError] = [:]
-        for p in placements {
-            switch states[p] {
+        for (i, p) in placements.enumerated() {
+            switch states[i] {
             case .failed(let f):
-                errors[p] = f.flowError
-                failed[p] = .number(Double(f.flowError.code.rawValue))
+                let error = f.flowError
+                errors[p] = error
+                if reportsEvents { failed[p] = .number(Double(error.code.rawValue)) }
             default:
-                succeeded.append(.string(p))
+                if reportsEvents { succeeded.append(.string(p)) }
             }
         }
         emit(.preloadEnd, nil, ["call": .string(callName), "succeeded": .array(succeeded), "failed": .object(failed),
@@ -183,14 +199,19 @@ public struct PreloadMachine: FetchMachine {
         }
     }
 
-    private mutating func sendAll(_ ids: [String], kind: RequestKind, budget: EngineTime, now: EngineTime, _ actions: inout [MachineAction]) {
+    /// Sends a request for each placement of `indices` (into `placements`).
+    private mutating func sendAll(_ indices: [Int], kind: RequestKind, budget: EngineTime, now: EngineTime, _ actions: inout [MachineAction]) {
         phaseStartedAt = now
         phaseBudget = budget
-        for p in ids {
+        if byTag.isEmpty { byTag.reserveCapacity(2 * placements.count + 2) }
+        for i in indices {
+            let p = placements[i]
             let tag = nextTag
             nextTag += 1
-            byTag[tag] = p
-            states[p] = .pending(tag: tag)
+            while byTag.count <= tag { byTag.append(-1) }
+            byTag[tag] = i
+            pendingCount += 1
+            states[i] = .pending(tag: tag)
             if reportsEvents {
                 actions.append(.emit(.requestStart, placement: p, span: tag + 1,
                                      attrs: ["kind": .string(kind.rawValue), "timeout": seconds(budget)]))

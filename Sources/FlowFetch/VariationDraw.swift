@@ -15,6 +15,17 @@ public enum VariationDraw {
     /// then invalid: decodingFailed). Variations are walked sorted by (weight, id), accumulating weights;
     /// the first whose cumulative weight exceeds the bucket wins.
     public static func pick(_ payload: AudiencePayload, profileId: String) -> Variation? {
+        pick(payload) { bucket(audienceVersionId: $0, profileId: profileId) }
+    }
+
+    /// ``pick(_:profileId:)``, taking the bucket from `memo` when it holds it (and remembering it there).
+    static func pick(_ payload: AudiencePayload, profileId: String, memo: inout BucketMemo) -> Variation? {
+        pick(payload) { memo.bucket(audienceVersionId: $0, profileId: profileId) }
+    }
+
+    /// The pick with the bucket of an audience version id given by `bucket`.
+    @inline(__always)
+    private static func pick(_ payload: AudiencePayload, bucket: (String) -> Int) -> Variation? {
         let variations = payload.variations
         var total = 0
         for i in variations.indices {
@@ -22,7 +33,7 @@ public enum VariationDraw {
             total += variations[i].weight
         }
         guard !variations.isEmpty, total == 100 else { return nil }
-        let b = bucket(audienceVersionId: payload.audienceVersionId, profileId: profileId)
+        let b = bucket(payload.audienceVersionId)
         func before(_ i: Int, _ j: Int) -> Bool {
             (variations[i].weight, variations[i].id) < (variations[j].weight, variations[j].id)
         }
@@ -38,5 +49,32 @@ public enum VariationDraw {
         }
         let inOrder = variations.indices.dropFirst().allSatisfy { !before($0, $0 - 1) }
         return inOrder ? walk(variations.indices) : walk(variations.indices.sorted(by: before))
+    }
+
+    /// The last few buckets drawn, by (audience version, profile): a bucket is a pure function of the
+    /// two ids, so a remembered one is the one MD5 would give. Eight entries, replaced in turn.
+    struct BucketMemo {
+        private var entries: [(versionId: String, profileId: String, bucket: Int)] = []
+        private var next = 0
+        static let capacity = 8
+
+        init() {}
+
+        /// The bucket of the pair, from memory or computed (and then remembered).
+        mutating func bucket(audienceVersionId: String, profileId: String) -> Int {
+            // By index, compared in place (iterating the entries would copy, and retain, each one's ids).
+            for i in entries.indices where entries[i].versionId == audienceVersionId && entries[i].profileId == profileId {
+                return entries[i].bucket
+            }
+            let b = VariationDraw.bucket(audienceVersionId: audienceVersionId, profileId: profileId)
+            if entries.count < Self.capacity {
+                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
+                entries.append((audienceVersionId, profileId, b))
+            } else {
+                entries[next] = (audienceVersionId, profileId, b)
+                next = (next + 1) % Self.capacity
+            }
+            return b
+        }
     }
 }

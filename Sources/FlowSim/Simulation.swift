@@ -49,8 +49,8 @@ public struct Simulation: Sendable {
                 let last = min(first + Self.shardSize, total)
                 for index in first..<last {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
-                    for (k, strategy) in config.strategies.enumerated() {
-                        world.play(plan, strategy, into: &tallies[k])
+                    for k in config.strategies.indices {
+                        world.play(plan, config.strategies[k], into: &tallies[k])
                     }
                 }
                 busy += threadCPUSeconds() - begin
@@ -82,11 +82,11 @@ public struct Simulation: Sendable {
     /// Plays one session with one strategy and returns the engine's events (for timelines and the
     /// dashboard); the numbers are those of session `index` of a run with `seed`.
     public func events(session index: Int, seed: UInt64? = nil, strategy: Strategy) -> [EngineEvent] {
-        let world = SessionWorld(config: config)
         let collector = EventCollector(forward: nil)
+        let world = SessionWorld(config: config, events: collector)
         let plan = SessionPlan(index: index, seed: seed ?? config.seed, population: config.population)
         var tally = StrategyTally()
-        world.play(plan, strategy, into: &tally, events: collector)
+        world.play(plan, strategy, into: &tally)
         return collector.events
     }
 }
@@ -229,12 +229,19 @@ final class NullDiskStore: FlowDiskStore {
 final class SessionWorld: EngineHost {
     /// The audience attribution-targeted users get.
     static let targetedAudience = "Apple Ads"
+    /// The attribution sources of a returning attributed user (one set, shared).
+    private static let appleAds: Set<String> = ["appleAds"]
 
     private enum Due {
-        case response(RequestID, RequestCompletion)
+        case response(RequestID, Answer)
         case timer(TimerID)
         case attribution
         case op(Int)
+    }
+    /// What the backend answers a request (an index into the world's prepared answers, so that the
+    /// queue moves no payloads around).
+    private enum Answer {
+        case targeted(Int), `default`(Int), notFound, reset, server
     }
     private enum Op {
         case getFlow(need: Int, FetchPolicy, loadTimeout: Double)
@@ -270,8 +277,16 @@ final class SessionWorld: EngineHost {
     @exclusivity(unchecked) private var results: [(at: Double, flow: Flow?)?] = []
     @exclusivity(unchecked) private var requests = 0
     @exclusivity(unchecked) private var calls = 0
+    @exclusivity(unchecked) private var preloadIds: [String] = []
+    @exclusivity(unchecked) private var sessionNetwork = NetworkProfile(median: 1, p95: 1)
+    /// When the backend applies appleAds in this session (EngineTime.max: never).
+    @exclusivity(unchecked) private var attributionAt = EngineTime.zero
+    private let traces = SessionTraces()
+    /// Where the engine's events go (nil: nowhere).
+    private let events: EngineEventSink?
 
-    init(config: SimulationConfig) {
+    init(config: SimulationConfig, events: EngineEventSink? = nil) {
+        self.events = events
         placements = config.population.placements.map(\.id)
         placementIndex = Dictionary(placements.enumerated().map { ($1, $0) }, uniquingKeysWith: { a, _ in a })
         var targeted: [AudiencePayload] = [], all: [AudiencePayload] = []
@@ -297,25 +312,41 @@ final class SessionWorld: EngineHost {
     }
 
     /// Plays `plan` with `strategy` and adds what happened to `tally`.
-    func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally, events: EngineEventSink? = nil) {
-        self.plan = plan
+    func play(_ plan: SessionPlan, _ strategy: Strategy, into tally: inout StrategyTally) {
+        // The strategies of a session play one after another: the plan is copied in once per session.
+        if self.plan?.networkSeed != plan.networkSeed || self.plan?.profileId != plan.profileId {
+            self.plan = plan
+            preloadIds = plan.eligible.map { placements[$0] }
+        }
+        sessionNetwork = plan.network
+        attributionAt = EngineTime(seconds: plan.attributionAt)
         queue.reset()
         network = SimulationRandom(seed: plan.networkSeed)
         ops.removeAll(keepingCapacity: true)
         pending.removeAll(keepingCapacity: true)
-        results = Array(repeating: nil, count: plan.needs.count)
+        results.removeAll(keepingCapacity: true)
+        results.append(contentsOf: repeatElement(nil, count: plan.needs.count))
         requests = 0
         calls = 0
         starting = nil
 
         let withFallback = strategy.fallbackFile ?? populationFallback
-        var traceCounter: UInt64 = 0
-        let engine = FlowEngine(
-            configuration: .init(requestTimeout: strategy.requestTimeout, fallback: withFallback ? fallback : nil, activatedAt: 0),
-            profile: Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? ["appleAds"] : []),
-            flowCache: FlowCache(disk: NullDiskStore()), layouts: layouts, host: self, events: events,
-            traceIDs: { traceCounter += 1; return TraceID(high: plan.networkSeed | 1, low: traceCounter) })
-        self.engine = engine
+        traces.start(high: plan.networkSeed | 1)
+        let configuration = FlowEngine.Configuration(requestTimeout: strategy.requestTimeout,
+                                                     fallback: withFallback ? fallback : nil, activatedAt: 0)
+        let profile = Profile(id: plan.profileId, appliedAttributionSources: plan.attributionAt == 0 ? Self.appleAds : [])
+        // One engine per world, reset for each session: the same engine a new one would be (the
+        // reset's tests check that), without building and freeing its tables every session.
+        let engine: FlowEngine
+        if let reused = self.engine {
+            engine = reused
+            engine.reset(profile: profile, configuration: configuration)
+        } else {
+            engine = FlowEngine(configuration: configuration, profile: profile, flowCache: FlowCache(disk: NullDiskStore()),
+                                layouts: layouts, host: self, events: events,
+                                traceIDs: { [traces] in traces.next() })
+            self.engine = engine
+        }
 
         if plan.returning {
             for (key, entry) in cacheAtStart(of: plan) {
@@ -330,7 +361,7 @@ final class SessionWorld: EngineHost {
                 schedule(.getFlow(need: n, policy, loadTimeout: t), at: moment == .needed ? need.at : 0)
             }
         case .preloadThenCache(let t, let policy):
-            if !plan.eligible.isEmpty { schedule(.preload(plan.eligible.map { placements[$0] }, loadTimeout: t), at: 0) }
+            if !plan.eligible.isEmpty { schedule(.preload(preloadIds, loadTimeout: t), at: 0) }
             for (n, need) in plan.needs.enumerated() { schedule(.getFlow(need: n, policy, loadTimeout: t), at: need.at) }
         case .waitThenFetch(let delay, let policy, let t, let moment):
             for (n, need) in plan.needs.enumerated() {
@@ -343,7 +374,14 @@ final class SessionWorld: EngineHost {
         while let due = queue.next() {
             let now = queue.now
             switch due {
-            case .response(let rid, let completion): engine.response(rid, completion, now: now)
+            case .response(let rid, let answer):
+                switch answer {
+                case .targeted(let i): engine.response(rid, targetedAnswers[i], now: now)
+                case .default(let i): engine.response(rid, defaultAnswers[i], now: now)
+                case .notFound: engine.response(rid, notFound, now: now)
+                case .reset: engine.response(rid, resetFailure, now: now)
+                case .server: engine.response(rid, serverFailure, now: now)
+                }
             case .timer(let tid): engine.timerFired(tid, now: now)
             case .attribution: engine.applyAttribution("appleAds", now: now)
             case .op(let k): perform(ops[k], now: now)
@@ -362,8 +400,7 @@ final class SessionWorld: EngineHost {
             let result = results[n] ?? (at: .infinity, flow: nil)
             let shownAt = max(need.at, result.at)
             let wait = max(0, result.at - need.at)
-            tally.timeToFlow.add(wait)
-            tally.placements[need.placement].timeToFlow.add(wait)
+            tally.timeToFlow.add(wait, alsoTo: &tally.placements[need.placement].timeToFlow)
             let source: Int
             if let flow = result.flow {
                 switch flow.source {
@@ -383,8 +420,6 @@ final class SessionWorld: EngineHost {
             tally.sources[source] += 1
             tally.placements[need.placement].sources[source] += 1
         }
-        self.engine = nil
-        self.plan = nil
     }
 
     /// What a returning user's cache holds when the session starts: the same for every strategy
@@ -442,11 +477,10 @@ final class SessionWorld: EngineHost {
 
     func send(_ request: RequestID, _ spec: RequestSpec, origin: CallID) {
         requests += 1
-        guard let plan else { return }
         let now = queue.now
         // One lookup of the placement serves both the network and the answer.
-        let index = spec.placement.flatMap { placementIndex[$0] }
-        var net = plan.network
+        let index = spec.placement.flatMap(placementIndex(of:))
+        var net = sessionNetwork
         if let i = index {
             switch spec.kind {
             case .targeted: if let n = requestNetworks[i].targeted { net = n }
@@ -458,21 +492,31 @@ final class SessionWorld: EngineHost {
         let u = network.uniform()
         let latency = net.latency.sample(&network)
         if u < net.hang { return }
-        let completion: RequestCompletion
+        let answer: Answer
         if u < net.hang + net.reset {
-            completion = resetFailure
+            answer = .reset
         } else if u < net.hang + net.reset + net.http5xx {
-            completion = serverFailure
+            answer = .server
         } else if let i = index {
             switch spec.kind {
-            case .targeted: completion = EngineTime(seconds: plan.attributionAt) <= now ? targetedAnswers[i] : defaultAnswers[i]
-            case .default: completion = defaultAnswers[i]
-            default: completion = notFound
+            case .targeted: answer = attributionAt <= now ? .targeted(i) : .default(i)
+            case .default: answer = .default(i)
+            default: answer = .notFound
             }
         } else {
-            completion = notFound
+            answer = .notFound
         }
-        queue.schedule(.response(request, completion), at: now + EngineTime(seconds: latency))
+        queue.schedule(.response(request, answer), at: now + EngineTime(seconds: latency))
+    }
+
+    /// The index of a placement: a scan of the few placements (the engine hands back the ids it was
+    /// given, so equal ids are usually the same string and compare at once), then the table.
+    private func placementIndex(of id: String) -> Int? {
+        if placements.count <= 8 {
+            for i in placements.indices where placements[i] == id { return i }
+            return nil
+        }
+        return placementIndex[id]
     }
 
     func cancel(_ request: RequestID) {}  // the engine ignores answers to requests it no longer owns
@@ -491,6 +535,20 @@ final class SessionWorld: EngineHost {
             return  // a preload
         }
         if results[need] == nil { results[need] = (now.seconds, outcome.flow) }
+    }
+}
+
+/// A session's trace ids: the session's seed and a counter from 1 (held by the engine's trace-id
+/// closure, so that the closure needs no reference back to the world).
+private final class SessionTraces {
+    @exclusivity(unchecked) private var high: UInt64 = 1
+    @exclusivity(unchecked) private var counter: UInt64 = 0
+
+    func start(high: UInt64) { self.high = high; counter = 0 }
+
+    func next() -> TraceID {
+        counter += 1
+        return TraceID(high: high, low: counter)
     }
 }
 

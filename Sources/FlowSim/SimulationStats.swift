@@ -68,11 +68,27 @@ public struct DurationHistogram: Sendable, Hashable {
 
     /// Adds one value.
     public mutating func add(_ v: Double) {
+        add(v, bucket: Self.bucket(of: v))
+    }
+
+    /// Adds one value to this histogram and to `other` (its bucket found once for both).
+    mutating func add(_ v: Double, alsoTo other: inout DurationHistogram) {
+        let i = Self.bucket(of: v)
+        add(v, bucket: i)
+        other.add(v, bucket: i)
+    }
+
+    /// The bucket of a value, or nil for one counted as zero.
+    private static func bucket(of v: Double) -> Int? {
+        guard v >= minValue else { return nil }
+        return Swift.min(Int(log(v / minValue) / logRatio), bucketCount - 1)
+    }
+
+    private mutating func add(_ v: Double, bucket: Int?) {
         count += 1
         if v > max { max = v }
         if v < min { min = v }
-        guard v >= Self.minValue else { zeros += 1; return }
-        let i = Swift.min(Int(log(v / Self.minValue) / Self.logRatio), Self.bucketCount - 1)
+        guard let i = bucket else { zeros += 1; return }
         buckets[i] &+= 1
         if v > bucketMax[i] { bucketMax[i] = v }
     }

@@ -33,6 +33,10 @@ struct BudgetTests {
         #expect(Budget.normalizePlacement(" \t ") == nil)
         #expect(Budget.normalizePlacements([" b", "a", "", "b ", "  ", "c", "a"]) == ["b", "a", "c"])
         #expect(Budget.normalizePlacements([]) == [])
+        // More than eight ids take the hashing path; it keeps the same first-seen order.
+        let many = (0..<12).map { " p\(4 - $0 % 5) " } + ["", "p9"]
+        #expect(Budget.normalizePlacements(many) == ["p4", "p3", "p2", "p1", "p0", "p9"])
+        #expect(Budget.normalizePlacements(Array(many.prefix(8))) == ["p4", "p3", "p2", "p1", "p0"])
     }
 }
 

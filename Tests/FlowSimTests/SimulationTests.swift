@@ -86,8 +86,10 @@ struct SimulationTests {
             for strategy in config.strategies {
                 var quiet = StrategyTally(), heard = StrategyTally()
                 world.play(plan, strategy, into: &quiet)
+                // A new world (a new engine) that listens, against the one world whose engine is reset
+                // for every session.
                 let collector = EventCollector(forward: nil)
-                world.play(plan, strategy, into: &heard, events: collector)
+                SessionWorld(config: config, events: collector).play(plan, strategy, into: &heard)
                 #expect(quiet == heard, "session \(index), \(strategy.name)")
                 #expect(collector.events.isEmpty == (heard.calls == 0))
             }
