@@ -410,13 +410,37 @@ public struct CallQuery: Sendable {
             }
         }
         let sorted = durations.map(\.duration).sorted()
-        func rank(_ q: Double) -> Double? {
-            guard !sorted.isEmpty else { return nil }
-            return sorted[min(max(Int((q * Double(sorted.count)).rounded(.up)) - 1, 0), sorted.count - 1)]
-        }
+        func rank(_ q: Double) -> Double? { nearestRank(sorted, q) }
         return Result(calls: Array(matched.prefix(max(0, limit))), matched: matched.count, scannedCalls: all.count,
                       scannedEvents: events.count, windowFull: windowFull, p50: rank(0.5), p95: rank(0.95), sources: sources,
                       errors: errors, timeouts: timeouts, targetingLost: lost, durations: durations)
+    }
+
+    /// The placements table over the calls of `store` that pass `filter` (see the static variant).
+    public func placements(in store: any EventStore, filter: CallFilter) -> JSONValue {
+        let events = store.events(since: nil, limit: window, run: filter.run, placement: nil, name: nil)
+        return Self.placements(in: events, filter: filter, windowFull: events.count >= window)
+    }
+
+    /// The body of `GET /api/placements` with filters: per placement, over the matching calls that
+    /// concern it (a preload counts for each placement it names; with `placement` set, for that one
+    /// only): `calls`, `fetches` (the fetch calls among them), `sources` (successful fetches),
+    /// `errors` (failed fetches, preloads that failed the placement), `targetingLost`, `timeouts`
+    /// (timeout events of the placement), `duration` (p50/p95 nearest rank of the finished calls,
+    /// `samples`) and `lastPreloadError`. `{"run", "placements": [...], "counts": {"matched", "windowFull"}}`.
+    public static func placements(in events: [Envelope], filter: CallFilter, windowFull: Bool = false) -> JSONValue {
+        let byTrace = Dictionary(grouping: events, by: { $0.trace.hex })
+        let matched = CallSummary.fold(events).filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
+        var rows: [String: PlacementRow] = [:]
+        for c in matched {
+            let own = byTrace[c.trace] ?? []
+            for p in filter.placement.map({ [$0] }) ?? c.allPlacements {
+                rows[p, default: PlacementRow()].add(c, placement: p, events: own)
+            }
+        }
+        let placements = rows.keys.sorted().compactMap { key in rows[key].map { $0.jsonValue(placement: key) } }
+        return ["run": filter.run.map(JSONValue.string) ?? .null, "placements": .array(placements),
+                "counts": ["matched": .number(Double(matched.count)), "windowFull": .bool(windowFull)]]
     }
 
     /// The events of `store` that pass `filter`: with call filters, the events of the matching calls;
@@ -435,6 +459,58 @@ public struct CallQuery: Sendable {
             (name == nil || e.name.rawValue == name) && filter.matchesEvent(e) && (traces?.contains(e.trace.hex) ?? true)
         }
         return since == nil ? Array(kept.suffix(max(0, limit))) : Array(kept.prefix(max(0, limit)))
+    }
+}
+
+/// Nearest-rank percentile `q` (0...1) of ascending `sorted`; nil when empty.
+private func nearestRank(_ sorted: [Double], _ q: Double) -> Double? {
+    guard !sorted.isEmpty else { return nil }
+    return sorted[min(max(Int((q * Double(sorted.count)).rounded(.up)) - 1, 0), sorted.count - 1)]
+}
+
+/// One placement's totals over matching calls, for `CallQuery.placements`.
+private struct PlacementRow {
+    var calls = 0
+    var fetches = 0
+    var sources: [String: Int] = [:]
+    var errors = 0
+    var targetingLost = 0
+    var timeouts = 0
+    var durations: [Double] = []
+    var lastPreloadError: (code: JSONValue, ts: Double, seq: UInt64)?
+
+    /// Counts call `c` for `placement`; `events` are the call's envelopes.
+    mutating func add(_ c: CallSummary, placement: String, events: [Envelope]) {
+        calls += 1
+        if c.placement != nil {
+            fetches += 1
+            if c.errorCode != nil { errors += 1 } else if let s = c.source { sources[s, default: 0] += 1 }
+            if c.targetingLost { targetingLost += 1 }
+        } else if c.failed[placement] != nil || (c.failed.isEmpty && c.errorCode != nil) {
+            errors += 1
+        }
+        if c.finished, let d = c.duration { durations.append(d) }
+        for e in events where e.name == .timeout && (e.placement ?? c.placement) == placement { timeouts += 1 }
+        if let code = c.failed[placement], let end = events.last(where: { $0.name == .preloadEnd }),
+           end.seq > (lastPreloadError?.seq ?? 0) {
+            lastPreloadError = (code, end.ts, end.seq)
+        }
+    }
+
+    /// The row as `GET /api/placements` answers it, with `calls`.
+    func jsonValue(placement: String) -> JSONValue {
+        let sorted = durations.sorted()
+        return [
+            "placement": .string(placement), "calls": .number(Double(calls)), "fetches": .number(Double(fetches)),
+            "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
+            "targetingLost": .number(Double(targetingLost)), "timeouts": .number(Double(timeouts)),
+            "duration": ["p50": nearestRank(sorted, 0.5).map(JSONValue.number) ?? .null,
+                         "p95": nearestRank(sorted, 0.95).map(JSONValue.number) ?? .null,
+                         "samples": .number(Double(sorted.count))],
+            "lastPreloadError": lastPreloadError.map {
+                ["code": $0.code, "ts": .string(ISO8601.format($0.ts)), "seq": .number(Double($0.seq))]
+            } ?? .null,
+        ]
     }
 }
 

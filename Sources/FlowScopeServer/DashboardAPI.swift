@@ -85,7 +85,12 @@ public enum DashboardAPI {
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in
-            .json(store.placementsJSON(run: nonEmpty(request.query("run"))))
+            // Without filters (besides run): the run's totals as the store keeps them; with any, the
+            // totals over the matching calls.
+            let filter: CallFilter
+            do throws(CallQueryError) { filter = try CallFilter.parse({ request.query($0) }, now: WallClock.now()) } catch { return .error(400, error.message) }
+            guard filter.placement != nil || filter.needsCalls else { return .json(store.placementsJSON(run: filter.run)) }
+            return .json(query.placements(in: store, filter: filter))
         }
         router.get("/api/runs") { _ in
             var runs = store.runsJSON()

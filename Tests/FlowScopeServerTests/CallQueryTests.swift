@@ -174,6 +174,57 @@ struct CallQueryTests {
         #expect(stats([])?["durations"] == [[1, "error", .string(trace), "home"]])
     }
 
+    @Test("/api/placements follows the filters and the time range: per placement, the matching calls (a preload counts for each placement it names); without filters, the run's totals")
+    func placementsFollowFilters() throws {
+        let memory = MemorySink()
+        var b = Builder()
+        let early = b.fetch(at: 0, placement: "home", duration: 0.2, source: "network")
+        _ = b.fetch(at: 1, placement: "home", duration: 4.7, source: "defaultAudience", lost: true, timeout: true)
+        _ = b.fetch(at: 2, placement: "upsell", duration: 0.1, source: "cache")
+        let preload = b.preload(at: 3, placements: ["home", "upsell"], failed: ["upsell": 2005], duration: 1)
+        _ = b.fetch(at: 4, placement: "checkout", duration: 0.3, errorCode: 2004)
+        memory.consume(try b.envelopes())
+        let r = Self.router(memory)
+        func rows(_ query: [(String, String)]) -> [String: JSONValue] {
+            let answer = Self.get(r, "/api/placements", [("run", "live")] + query)
+            #expect(answer.status == 200, "\(query): \(answer.body.jsonText)")
+            var out: [String: JSONValue] = [:]
+            for row in answer.body["placements"]?.arrayValue ?? [] { out[row["placement"]?.stringValue ?? "?"] = row }
+            return out
+        }
+        // Without filters: exactly the store's totals (fetch.end counts; no `calls`).
+        #expect(Self.get(r, "/api/placements", [("run", "live")]).body == memory.placementsJSON(run: "live"))
+        #expect(rows([])["home"]?["fetches"] == 2 && rows([])["home"]?["calls"] == nil)
+
+        // Every call: the preload counts for home and for upsell.
+        let all = rows([("from", "-100000d")])
+        #expect(all["home"]?["calls"] == 3 && all["home"]?["fetches"] == 2 && all["upsell"]?["calls"] == 2 && all["checkout"]?["calls"] == 1)
+        #expect(all["home"]?["sources"] == ["network": 1, "defaultAudience": 1] && all["home"]?["targetingLost"] == 1)
+        #expect(all["home"]?["timeouts"] == 1 && all["home"]?["errors"] == 0 && all["home"]?["lastPreloadError"] == .null)
+        #expect(all["home"]?["duration"] == ["p50": 1, "p95": 4.7, "samples": 3])
+        #expect(all["upsell"]?["errors"] == 1 && all["upsell"]?["lastPreloadError"]?["code"] == 2005)
+        #expect(all["checkout"]?["errors"] == 1 && all["checkout"]?["sources"] == [:])
+
+        // A source filter: only the cache fetch; a time range: from the preload on.
+        #expect(Set(rows([("source", "cache")]).keys) == ["upsell"] && rows([("source", "cache")])["upsell"]?["calls"] == 1)
+        let late = rows([("from", ISO8601.format(Self.base + 3))])
+        #expect(late["home"]?["calls"] == 1 && late["upsell"]?["calls"] == 1 && late["checkout"]?["calls"] == 1)
+        #expect(late["home"]?["fetches"] == 0 && late["home"]?["errors"] == 0 && late["upsell"]?["errors"] == 1)
+        // A placement filter: that placement's row only, though the preload names two.
+        #expect(Set(rows([("placement", "home")]).keys) == ["home"] && rows([("placement", "home")])["home"]?["calls"] == 3)
+        #expect(rows([("trace", early)])["home"]?["calls"] == 1 && rows([("trace", preload)]).count == 2)
+        #expect(Self.get(r, "/api/placements", [("run", "live"), ("source", "cache")]).body["counts"] == ["matched": 1, "windowFull": false])
+        // The table's counts are the matched calls per placement that /api/calls answers.
+        let calls = Self.get(r, "/api/calls", [("run", "live"), ("minDuration", "0.2"), ("limit", "1000")]).body["calls"]?.arrayValue ?? []
+        var perPlacement: [String: Double] = [:]
+        for c in calls {
+            for p in c["placements"]?.arrayValue ?? [c["placement"] ?? .null] { if let p = p.stringValue { perPlacement[p, default: 0] += 1 } }
+        }
+        #expect(rows([("minDuration", "0.2")]).mapValues { $0["calls"]?.numberValue ?? -1 } == perPlacement)
+        let bad = Self.get(r, "/api/placements", [("minDuration", "fast")])
+        #expect(bad.status == 400 && bad.body["error"]?["message"]?.stringValue?.hasPrefix("minDuration: expected") == true)
+    }
+
     @Test("durations accept seconds, 300ms, 2s and minutes; times accept ISO 8601, epoch seconds and -5m/-1h relative to now")
     func valueForms() {
         #expect(CallFilter.parseDuration("0.3") == 0.3)
