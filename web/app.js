@@ -38,7 +38,8 @@ const state = {
   offlineSince: null,
   // The filter bar (by URL key). With any filter set, every panel shows the server's answer for it.
   filters: {},
-  // That answer: {events (of the matching calls), answer (GET /api/calls: stats), key (its query)}.
+  // That answer: {events (of the matching calls), answer (GET /api/calls: stats), placements (GET
+  // /api/placements with the filters), key (its query)}.
   query: null,
   zoom: null, // [from, to] seconds of the waterfall's axis, or null
   bin: null, // the histogram bin whose calls are listed: {index, lo, hi, samples}
@@ -53,11 +54,26 @@ const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations'
 
 /**
  * The view in the URL's hash: run, open call, the filters and time range, the tail's filters
- * (`#run=live&call=<trace>&placement=&source=&range=5m&event=&tailRun=`).
+ * the waterfall's zoom (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=`).
  */
 function viewFromURL() {
   const q = new URLSearchParams(location.hash.replace(/^#/, ''));
-  return { run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), event: q.get('event') ?? '', tailRun: q.get('tailRun') };
+  return {
+    run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), zoom: parseZoom(q.get('zoom')),
+    event: q.get('event') ?? '', tailRun: q.get('tailRun'),
+  };
+}
+
+/** `zoom=<from>-<to>` (seconds from the calls' starts) as [from, to]; null when absent or not a span. */
+function parseZoom(text) {
+  const m = /^(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)$/.exec(text ?? '');
+  if (!m) return null;
+  const zoom = [Number(m[1]), Number(m[2])];
+  return zoom[1] > zoom[0] ? zoom : null;
+}
+
+function formatZoom(zoom) {
+  return zoom.map((v) => String(Number(v.toFixed(9)))).join('-');
 }
 
 /** The hash of the current view. */
@@ -66,6 +82,7 @@ function viewHash() {
   q.set('run', state.run);
   if (state.selected) q.set('call', state.selected.trace);
   filters.toParams(state.filters, q);
+  if (state.zoom) q.set('zoom', formatZoom(state.zoom));
   if ($('#filter-name').value) q.set('event', $('#filter-name').value);
   if ($('#filter-run').value !== '@view') q.set('tailRun', $('#filter-run').value);
   return `#${q.toString()}`;
@@ -89,6 +106,7 @@ async function applyURL() {
   if (view.run !== null && view.run !== state.run) await selectRun(view.run, { record: false });
   else if (filtersChanged) await filtersApplied();
   if ((view.call ?? null) !== (state.selected?.trace ?? null)) openCall(view.call, { record: false });
+  if (JSON.stringify(view.zoom) !== JSON.stringify(state.zoom)) setZoom(view.zoom, { record: false });
   renderTailNow();
 }
 
@@ -139,6 +157,7 @@ function runKind(id) {
 async function selectRun(run, { record = true } = {}) {
   state.run = run;
   state.selected = null;
+  clearZoom();
   if (record) recordView();
   renderRunSelect();
   state.buffer.clear();
@@ -438,10 +457,15 @@ async function runQuery({ render: draw = true, force = false } = {}) {
   const params = queryParams();
   const key = JSON.stringify(params);
   try {
-    const [page, answer] = await Promise.all([api.events({ ...params, limit: PAGE }), api.calls({ ...params, limit: 1 })]);
+    const [page, answer, table] = await Promise.all([
+      api.events({ ...params, limit: PAGE }), api.calls({ ...params, limit: 1 }), api.placements(params.run, params),
+    ]);
     if (token !== queryToken) return;
     if (noteEpoch(page.epoch)) return;
-    state.query = { events: Array.isArray(page.events) ? page.events.filter((e) => e && Number.isFinite(e.seq)) : [], answer, key };
+    state.query = {
+      events: Array.isArray(page.events) ? page.events.filter((e) => e && Number.isFinite(e.seq)) : [], answer, key,
+      placements: Array.isArray(table.placements) ? table.placements : [],
+    };
     setLatestSeq(answer.latestSeq);
     showFilterError(null);
   } catch (error) {
@@ -467,6 +491,7 @@ function onFilterChange() {
   const next = filters.readControls();
   if (JSON.stringify(next) === JSON.stringify(state.filters)) return;
   state.filters = next;
+  clearZoom(); // a zoom is of the calls shown: a new filter shows others
   recordView();
   filtersApplied().catch(note);
 }
@@ -553,10 +578,30 @@ function clearZoom() {
   $('#wf-reset-zoom').hidden = true;
 }
 
-function setZoom(zoom) {
+/** Zooms the waterfall's axis to [from, to] (null: the fitted axis); a user's zoom is a history entry. */
+function setZoom(zoom, { record = true } = {}) {
   state.zoom = zoom;
   $('#wf-reset-zoom').hidden = !zoom;
+  if (record) recordView();
   renderWaterfallNow({ force: true });
+}
+
+/**
+ * The keyboard's zoom on the waterfall: `factor` 0.5 halves the axis span (keeping its start), 2
+ * doubles it, up to the fitted axis (then the zoom is gone).
+ */
+function zoomBy(factor) {
+  const root = $('#waterfall-chart svg.waterfall');
+  if (!root) return;
+  const min = Number(root.dataset.axisMin);
+  const max = Number(root.dataset.axisMax);
+  const fit = Number(root.dataset.fitMax);
+  if (![min, max, fit].every(Number.isFinite) || max <= min) return;
+  const span = Math.max((max - min) * factor, 0.001);
+  let from = min;
+  let to = min + span;
+  if (to > fit) { to = fit; from = Math.max(0, fit - span); }
+  setZoom(from <= 1e-9 && to >= fit - 1e-9 ? null : [from, to]);
 }
 
 /**
@@ -575,7 +620,8 @@ function render({ force = false } = {}) {
 
   const simulation = hasStrategies(state.runDetail);
   renderStrategies($('#strategies'), state.runDetail);
-  renderPlacements($('#placements'), state.placements);
+  // With a filter, the placements of the matching calls (their counts are calls, a preload's too).
+  renderPlacements($('#placements'), queryMode() ? state.query?.placements ?? [] : state.placements, { calls: queryMode() });
   // A saved simulation has no events: its strategies are the whole story.
   for (const id of ['#summary', '#placements', '#waterfall', '.split']) $(id).hidden = simulation && events.length === 0;
   renderKpis(events);
@@ -626,8 +672,9 @@ function renderWaterfallNow({ force = false } = {}) {
   empty.hidden = calls.length > 0;
   empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
   const cut = Number(root?.dataset.cut ?? 0);
-  $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])}`
-    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · drag on the axis to zoom` : 'drag on the axis to zoom';
+  const how = 'drag on the axis or press + / − to zoom';
+  $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
+    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · ${how}` : how;
 }
 
 /** The selected class on waterfall rows, without redrawing them. */
@@ -809,6 +856,15 @@ function wire() {
   $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
   $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
   $('#wf-reset-zoom').addEventListener('click', () => { setZoom(null); $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true }); });
+  // On the waterfall: + (or =) zooms in, - zooms out, 0 returns to the fitted axis.
+  $('#waterfall-chart').addEventListener('keydown', (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const factor = { '+': 0.5, '=': 0.5, '-': 2, _: 2 }[event.key];
+    if (factor === undefined && event.key !== '0') return;
+    event.preventDefault();
+    if (factor === undefined) setZoom(null); else zoomBy(factor);
+    $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
+  });
   $('#bin-calls-close').addEventListener('click', () => {
     const index = state.bin?.index;
     closeBin();
@@ -880,6 +936,8 @@ async function start() {
   renderRunSelect();
   state.filters = view.filters;
   filters.writeControls(state.filters);
+  state.zoom = view.zoom;
+  $('#wf-reset-zoom').hidden = !state.zoom;
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
   await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);

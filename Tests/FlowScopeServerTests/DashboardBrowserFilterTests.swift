@@ -25,6 +25,25 @@ struct DashboardBrowserFilterTests {
         try JSON5.parse(try stack.fixture.connect().request("GET", pathAndQuery).text)
     }
 
+    /// The placements table shows, per placement, the calls of `/api/calls?<query>` that concern it
+    /// (a preload's for each placement it names), with the count column titled Calls.
+    static func expectPlacementsTable(_ browser: DevToolsBrowser, _ stack: DashboardStack, _ query: String, preload: String? = nil,
+                                      sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let calls = try api(stack, "/api/calls?\(query)&limit=1000")["calls"]?.arrayValue ?? []
+        var expected: [String: Double] = [:]
+        for c in calls {
+            for p in c["placements"]?.arrayValue ?? [c["placement"] ?? .null] { if let p = p.stringValue { expected[p, default: 0] += 1 } }
+        }
+        #expect(!expected.isEmpty, sourceLocation: sourceLocation)
+        if let preload { #expect((expected[preload] ?? 0) > 0, "a preload names \(preload)", sourceLocation: sourceLocation) }
+        let table = "JSON.stringify(Object.fromEntries([...document.querySelectorAll('#placements tbody tr')].map((tr) => [tr.dataset.placement, Number(tr.querySelector('td.count').textContent.replace(/,/g, ''))])))"
+        let want = JSONValue.object(expected.mapValues(JSONValue.number))
+        let ok = try browser.waitFor("(() => { const t = JSON.parse(\(table)); const w = \(want.jsonText); return Object.keys(t).length === Object.keys(w).length && Object.keys(w).every((k) => t[k] === w[k]); })()")
+        let shown = try browser.evaluate(table).stringValue ?? "?"
+        #expect(ok, "table \(shown) vs server \(want.jsonText)", sourceLocation: sourceLocation)
+        #expect(try browser.evaluate("document.querySelector('#placements th[data-col=count]').textContent") == "Calls", sourceLocation: sourceLocation)
+    }
+
     static let kpiFetches = "document.querySelector('.kpi[data-kpi=fetches] .kpi-value').textContent"
     static let callRequests = "performance.getEntriesByType('resource').filter((r) => r.name.includes('/api/calls?')).length"
 
@@ -79,6 +98,14 @@ struct DashboardBrowserFilterTests {
         #expect(!shown.isEmpty && shown.allSatisfy { traces.contains($0.stringValue ?? "") }, "every waterfall row is a matching call")
         let ends = try browser.evaluate("[...document.querySelectorAll('#tail tbody tr[data-name=\"fetch.end\"] td.attrs')].map((td) => td.textContent)").arrayValue ?? []
         #expect(!ends.isEmpty && ends.allSatisfy { ($0.stringValue ?? "").contains("source=cache") }, "the tail holds the matching calls' events: \(ends.prefix(3))")
+
+        // The placements table: per placement, the matching calls the server answers.
+        try Self.expectPlacementsTable(browser, stack, "run=live&source=cache")
+        // A filter that preloads pass: the preload counts for the placement it names.
+        try Self.setFilter(browser, "f-source", "")
+        try Self.setFilter(browser, "f-min", "0")
+        #expect(try browser.waitFor("location.hash.includes('minDuration=0') && !location.hash.includes('source=')"))
+        try Self.expectPlacementsTable(browser, stack, "run=live&minDuration=0", preload: "settings_upsell")
 
         // Clearing the filters shows every call again.
         _ = try browser.evaluate("document.querySelector('#f-clear').click()")
@@ -266,5 +293,63 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && document.querySelectorAll('#waterfall g.wf-call').length === 8"),
                 "the 7 calls of 0.16 s or more and the long one, on the fitted axis")
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
+    @Test("the zoom is in the URL: a link reopens the waterfall zoomed, + and - zoom from the keyboard, Back undoes a zoom, Reset zoom removes it")
+    func zoomInURLAndKeyboard() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var events: [JSONValue] = []
+        for i in 0..<10 { events += DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02) }
+        _ = try stack.ingest(events)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        defer { traffic.stop() }
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 10"))
+        let svg = "document.querySelector('#waterfall-chart svg')"
+        let axis = "[Number(\(svg).dataset.axisMin), Number(\(svg).dataset.axisMax)]"
+        let fit = try #require(try browser.evaluate("Number(\(svg).dataset.axisMax)").numberValue)
+        let hash = try browser.evaluate("location.hash").stringValue ?? ""
+        #expect(fit > 0 && !hash.contains("zoom="))
+
+        // Keyboard: + halves the axis span from its start, - doubles it back to the fitted axis.
+        _ = try browser.evaluate("document.querySelector('#waterfall g.wf-call[tabindex=\"0\"]').focus()")
+        try browser.press("+")
+        let zoomedIn = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit / 2)]) && !document.querySelector('#wf-reset-zoom').hidden")
+        let shown = try browser.evaluate(axis).jsonText
+        #expect(zoomedIn, "+ zoomed to 0 ... \(fit / 2): \(shown)")
+        #expect(try browser.waitFor("location.hash.includes('zoom=0-')"), "the zoom is in the URL")
+        #expect(try browser.evaluate("document.activeElement.closest('#waterfall-chart g.wf-call') !== null") == .bool(true), "the focus stays on the row")
+        try browser.press("+")
+        #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 4)"))
+        try browser.press("-")
+        #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 2)"))
+
+        // Back undoes each zoom, down to the fitted axis.
+        _ = try browser.evaluate("history.back()")
+        #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 4)"), "Back: the zoom before")
+        _ = try browser.evaluate("history.back()")
+        _ = try browser.evaluate("history.back()")
+        let backToFit = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').hidden && !location.hash.includes('zoom=')")
+        let afterBack = try browser.evaluate(axis).jsonText
+        #expect(backToFit, "Back to the fitted axis: \(afterBack)")
+        _ = try browser.evaluate("document.querySelector('#waterfall g.wf-call[tabindex=\"0\"]').focus()")
+        try browser.press("+")
+        #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 2)"))
+        try browser.press("-")
+        #expect(try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').hidden && !location.hash.includes('zoom=')"),
+                "- back out to the fitted axis removes the zoom")
+
+        // A link with a zoom reopens the waterfall zoomed; Reset zoom takes it out of the URL.
+        let url = (try browser.evaluate("location.href.split('#')[0]").stringValue ?? "") + "#run=test%3Azoom&zoom=0.05-0.2"
+        let other = try DevToolsBrowser(executable: chromium.path)
+        defer { other.close() }
+        try other.open(url)
+        #expect(try other.waitFor("document.body.dataset.ready === 'true' && document.querySelectorAll('#waterfall g.wf-call').length === 10 && JSON.stringify(\(axis)) === '[0.05,0.2]'"),
+                "the link reopened the zoom")
+        #expect(try other.evaluate("!document.querySelector('#wf-reset-zoom').hidden && document.querySelector('#waterfall-note').textContent.startsWith('zoomed to')") == .bool(true))
+        _ = try other.evaluate("document.querySelector('#wf-reset-zoom').click()")
+        #expect(try other.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && !location.hash.includes('zoom=')"), "Reset zoom removes it from the URL")
+        #expect(try other.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
 }

@@ -475,13 +475,19 @@ final class DevToolsBrowser {
         try mouse("mouseReleased", x: x, y: y)
     }
 
-    /// Presses and releases a key without text (`Tab`, `Escape`, `Enter`, `ArrowDown`), as a keyboard does.
+    /// Presses and releases a key (`Tab`, `Escape`, `Enter`, `ArrowDown`, `+`, `-`, `0`), as a keyboard does.
     func press(_ key: String) throws {
         let codes: [String: Double] = ["Tab": 9, "Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38, "Home": 36, "End": 35]
         var params: [String: JSONValue] = ["type": "rawKeyDown", "key": .string(key), "code": .string(key),
                                            "windowsVirtualKeyCode": .number(codes[key] ?? 0)]
         if key == "Enter" { params["text"] = "\r" }
         if key == "Enter" { params["type"] = "keyDown" }
+        // Characters typed: their key code and text (`+` as the `=`/`+` key, `-`, digits).
+        let characters: [String: (code: String, keyCode: Double)] = ["+": ("Equal", 187), "-": ("Minus", 189), "0": ("Digit0", 48)]
+        if let c = characters[key] {
+            params["type"] = "keyDown"; params["text"] = .string(key)
+            params["code"] = .string(c.code); params["windowsVirtualKeyCode"] = .number(c.keyCode)
+        }
         _ = try command("Input.dispatchKeyEvent", params)
         params["type"] = "keyUp"
         params["text"] = nil

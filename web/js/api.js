@@ -44,9 +44,12 @@ export function calls(params) {
   return getJSON(`api/calls${query(params)}`);
 }
 
-/** GET /api/placements?run=: {run, placements}. */
-export function placements(run) {
-  return getJSON(`api/placements${query({ run })}`);
+/**
+ * GET /api/placements?run=: {run, placements}, the run's totals; with filters (the parameters of
+ * /api/calls), the totals over the matching calls, each row with `calls`.
+ */
+export function placements(run, filters = {}) {
+  return getJSON(`api/placements${query({ ...filters, run })}`);
 }
 
 /** GET /api/runs: {runs}. */

@@ -61,14 +61,20 @@ export function sourceBar(sources, total) {
   return bar;
 }
 
-/** Renders `placements` (as /api/placements answers) into the table body, busiest first. */
-export function renderPlacements(section, placements) {
+/**
+ * Renders `placements` (as /api/placements answers) into the table body, busiest first. With `calls`
+ * (a filtered answer), the count column is the matching calls of each placement.
+ */
+export function renderPlacements(section, placements, { calls = false } = {}) {
   const tbody = section.querySelector('tbody');
   const empty = section.querySelector('.panel-empty');
   const table = section.querySelector('table');
   clear(tbody);
+  const count = (p) => (calls ? p.calls : p.fetches) ?? 0;
+  section.querySelector('th[data-col="count"]').textContent = calls ? 'Calls' : 'Fetches';
+  empty.textContent = calls ? 'No call matches these filters.' : 'No fetches in this run yet.';
   const list = Array.isArray(placements) ? placements.slice() : [];
-  list.sort((a, b) => (b.fetches ?? 0) - (a.fetches ?? 0) || String(a.placement).localeCompare(String(b.placement)));
+  list.sort((a, b) => count(b) - count(a) || String(a.placement).localeCompare(String(b.placement)));
   empty.hidden = list.length > 0;
   table.hidden = list.length === 0;
   for (const p of list) {
@@ -76,7 +82,7 @@ export function renderPlacements(section, placements) {
     const name = el('th', 'placement-name', null, { scope: 'row' });
     name.appendChild(el('span', 'mono', p.placement));
     tr.appendChild(name);
-    tr.appendChild(el('td', 'num', fmt.count(p.fetches)));
+    tr.appendChild(el('td', 'num count', fmt.count(count(p))));
     const barCell = el('td', 'bar-col');
     const wrap = el('div', 'bar-cell');
     wrap.appendChild(sourceBar(p.sources, p.fetches));

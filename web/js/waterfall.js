@@ -88,7 +88,8 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   const target = Math.max(3, Math.floor(trackW / 110));
   const zoomed = !fit && Array.isArray(zoom) && zoom[1] > zoom[0];
   const axisMin = zoomed ? zoom[0] : 0;
-  const axisTicks = zoomed ? ticksIn(zoom[0], zoom[1], target) : ticks(Math.max(axisEnd, 0.05), target);
+  const fitTicks = ticks(Math.max(axisEnd, 0.05), target);
+  const axisTicks = zoomed ? ticksIn(zoom[0], zoom[1], target) : fitTicks;
   const axisMax = zoomed ? zoom[1] : axisTicks[axisTicks.length - 1];
   const past = (dt) => dt > axisMax + 1e-9;
   const x = (dt) => trackX + ((Math.min(Math.max(dt, axisMin), axisMax) - axisMin) / (axisMax - axisMin)) * trackW;
@@ -102,8 +103,8 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   const root = svg('svg', {
     class: `chart waterfall${fit ? ' fit' : ''}`, width, height, viewBox: `0 0 ${width} ${height}`, role: interactive ? 'listbox' : 'img',
     'aria-label': fit ? `The call on its own time scale, up to ${fmt.duration(axisMax)}`
-      : `Waterfall of the ${calls.length} most recent calls, time from each call's start, ${zoomed ? `zoomed to ${fmt.duration(axisMin)} – ` : 'up to '}${fmt.duration(axisMax)}${cutCount ? `; ${cutCount} longer call(s) cut at the axis end, marked »` : ''}; arrow keys move, Enter opens a call`,
-    'data-axis-min': axisMin, 'data-axis-max': axisMax, 'data-cut': cutCount,
+      : `Waterfall of the ${calls.length} most recent calls, time from each call's start, ${zoomed ? `zoomed to ${fmt.duration(axisMin)} – ` : 'up to '}${fmt.duration(axisMax)}${cutCount ? `; ${cutCount} longer call(s) cut at the axis end, marked »` : ''}; arrow keys move, Enter opens a call, + and − zoom the axis`,
+    'data-axis-min': axisMin, 'data-axis-max': axisMax, 'data-fit-max': fitTicks[fitTicks.length - 1], 'data-cut': cutCount,
   });
 
   // Axis and grid.
