@@ -38,11 +38,11 @@ struct ExecSinkTests {
     @Test("the program's stdin gets the hello line, then one envelope per line")
     func protocolLines() throws {
         let out = tempDirectory() + "/stdin.jsonl"
-        let sink = ExecSink(command: ["sh", "-c", "cat > \"$0\"", out], version: "1.2.3")
+        let sink = ExecSink(command: ["sh", "-c", "cat > \"$0\"", out], version: "1.2.3", flushTimeout: 60)
         let pipeline = EventPipeline(sinks: [sink])
         for i in 0..<300 { pipeline.receive(engineEvent(i)) }
         #expect(pipeline.waitUntilDrained())
-        #expect(eventually { sink.written == 300 })
+        #expect(eventually(timeout: 60) { sink.written == 300 })
         // Capture what the pipeline delivered to compare byte for byte.
         pipeline.shutdown()
         #expect(eventually { (try? String(contentsOfFile: out, encoding: .utf8))?.split(separator: "\n").count == 301 })
@@ -60,11 +60,13 @@ struct ExecSinkTests {
     @Test("the example program counts events by name and writes its summary at end of input")
     func exampleProgram() throws {
         let summaryPath = tempDirectory() + "/counts.json"
-        let sink = ExecSink(command: ["python3", examples + "/count_events.py", summaryPath], version: "9.9.9")
+        // A generous flush timeout: python3 starts slowly on a loaded machine, and the default 2 s
+        // would count the rest as lost (the sink's documented behaviour, not what this test checks).
+        let sink = ExecSink(command: ["python3", examples + "/count_events.py", summaryPath], version: "9.9.9", flushTimeout: 60)
         let pipeline = EventPipeline(sinks: [sink])
         for i in 0..<1000 { pipeline.receive(engineEvent(i)) }
         pipeline.shutdown()  // flush, then close: end of input, the program writes "complete"
-        #expect(eventually { FileManager.default.fileExists(atPath: summaryPath) })
+        #expect(eventually(timeout: 60) { FileManager.default.fileExists(atPath: summaryPath) })
         let summary = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: summaryPath))) as? [String: Any])
         #expect(summary["complete"] as? Bool == true)
         #expect(summary["version"] as? String == "9.9.9" && summary["protocol"] as? Int == 1)
