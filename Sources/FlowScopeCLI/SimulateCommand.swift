@@ -102,11 +102,13 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     bar?.finish()
     if let fit, json { for w in fit.warnings { io.err("flowscope simulate: warning: \(w)\n") } }
 
-    if let dir = args.value("out") {
+    // The report's files, named as the user wrote the directory ("report" and "report/" alike).
+    let out = args.value("out").map { dir in (dir, dir.hasSuffix("/") ? dir : dir + "/") }
+    if let (dir, prefix) = out {
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-            try Data((lab.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: dir + "/simulate.json"))
-            try Data(lab.html().utf8).write(to: URL(fileURLWithPath: dir + "/report.html"))
+            try Data((lab.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: prefix + "simulate.json"))
+            try Data(lab.html().utf8).write(to: URL(fileURLWithPath: prefix + "report.html"))
         } catch {
             io.err("flowscope simulate: --out \(dir): cannot write the report: \(error.localizedDescription)\n")
             return ExitStatus.failure
@@ -120,7 +122,7 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     } else {
         let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
         io.out(lab.table(color: color))
-        if let dir = args.value("out") { io.out("wrote \(dir)/simulate.json and \(dir)/report.html\n") }
+        if let (_, prefix) = out { io.out("wrote \(prefix)simulate.json and \(prefix)report.html\n") }
         if saved { io.out("saved as dashboard run \(runID) (.flowscope/simulations)\n") }
     }
     return ExitStatus.success

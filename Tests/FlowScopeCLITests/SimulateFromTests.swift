@@ -102,6 +102,11 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
         #expect(table.out.contains("Recommendation") && table.out.contains("main_paywall: "))
         let html = try String(contentsOfFile: dir + "/report/report.html", encoding: .utf8)
         #expect(html.contains("<svg") && html.contains("class=\"recommended\""))
+        #expect(table.out.contains("wrote \(dir)/report/simulate.json and \(dir)/report/report.html"))
+        // A directory written with its trailing slash names the files once, without "//".
+        let slashed = await flowscope(args + ["--out", dir + "/slashed/"])
+        #expect(slashed.status == 0 && FileManager.default.fileExists(atPath: dir + "/slashed/report.html"))
+        #expect(slashed.out.contains("wrote \(dir)/slashed/simulate.json and \(dir)/slashed/report.html"))
         let json = try JSON5.parse(await flowscope(args + ["--json"]).out)
         #expect(json["sweep"]?["values"]?.arrayValue?.count == 4)
         #expect(json["sweep"]?["placements"]?["main_paywall"]?.arrayValue?.isEmpty == false)
