@@ -98,10 +98,12 @@ extension CommandSpec {
             }
         }
         if !parsed.wantsHelp && !positionals.contains(parsed.positionals.count) {
-            let want = positionals.lowerBound == positionals.upperBound ? "\(positionals.lowerBound)"
-                : positionals.upperBound == Int.max ? "at least \(positionals.lowerBound)"
-                : "\(positionals.lowerBound) to \(positionals.upperBound)"
-            throw UsageError("flowscope \(self.name): expected \(want) argument\(positionals.upperBound == 1 ? "" : "s"), got \(parsed.positionals.count) (usage: flowscope \(usage))")
+            let (low, high) = (positionals.lowerBound, positionals.upperBound)
+            let (want, count) = low == high ? ("\(low)", low)
+                : high == Int.max ? ("at least \(low)", low)
+                : low == 0 ? ("at most \(high)", high)
+                : ("\(low) to \(high)", high)
+            throw UsageError("flowscope \(self.name): expected \(want) argument\(count == 1 ? "" : "s"), got \(parsed.positionals.count) (usage: flowscope \(usage))")
         }
         return parsed
     }

@@ -98,7 +98,7 @@ extension CommandLine {
         if name == "--help" || name == "-h" || name == "help" {
             if name == "help", arguments.count > 1 {
                 guard let c = commands.first(where: { $0.spec.name == arguments[1] }) else {
-                    output.err("flowscope help: unknown command \(arguments[1])\n")
+                    output.err("flowscope help: unknown command \"\(arguments[1])\"\n")
                     return ExitStatus.usage
                 }
                 output.out(c.spec.help)
@@ -109,7 +109,7 @@ extension CommandLine {
         }
         if name == "--version" { return await versionCommand.run(ParsedArguments(), output) }
         guard let command = commands.first(where: { $0.spec.name == name }) else {
-            output.err("flowscope: unknown command \(name) (see flowscope --help)\n")
+            output.err("flowscope: unknown command \"\(name)\" (see flowscope --help)\n")
             return ExitStatus.usage
         }
         let parsed: ParsedArguments

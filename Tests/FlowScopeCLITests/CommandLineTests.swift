@@ -42,7 +42,7 @@ struct CommandLineTests {
         for flag in ["--config F", "--bind A", "--port N", "--no-demo"] { #expect(serveHelp.out.contains(flag)) }
         let unknown = await flowscope("help", "bogus")
         #expect(unknown.status == 2)
-        #expect(unknown.err == "flowscope help: unknown command bogus\n")
+        #expect(unknown.err == "flowscope help: unknown command \"bogus\"\n")
     }
 
     @Test("version and --version print the version")
@@ -58,8 +58,11 @@ struct CommandLineTests {
     func usageErrors() async {
         let unknownCommand = await flowscope("bogus")
         #expect(unknownCommand.status == 2)
-        #expect(unknownCommand.err == "flowscope: unknown command bogus (see flowscope --help)\n")
+        #expect(unknownCommand.err == "flowscope: unknown command \"bogus\" (see flowscope --help)\n")
         #expect(unknownCommand.out.isEmpty)
+        let noFile = await flowscope("run")
+        #expect(noFile.status == 2)
+        #expect(noFile.err.hasPrefix("flowscope run: expected at least 1 argument, got 0 (usage: flowscope run FILE..."), "\(noFile.err)")
 
         for command in commands {
             let name = command.spec.name
@@ -83,7 +86,7 @@ struct CommandLineTests {
         #expect(badPort.err == "flowscope serve: --port expects a port number 0-65535, got http\n")
         let twoFiles = await flowscope("check-config", "a.json5", "b.json5")
         #expect(twoFiles.status == 2)
-        #expect(twoFiles.err.hasPrefix("flowscope check-config: expected 0 to 1 argument, got 2"))
+        #expect(twoFiles.err.hasPrefix("flowscope check-config: expected at most 1 argument, got 2"))
         #expect(twoFiles.err.filter { $0 == "\n" }.count == 1)
     }
 
