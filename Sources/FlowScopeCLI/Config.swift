@@ -238,7 +238,11 @@ let checkConfigCommand = Command(spec: CommandSpec(
         io.err("flowscope check-config: \(error.description)\n")
         return ExitStatus.usage
     }
-    let sinks = (config.sinks.arrayValue ?? []).compactMap { $0["type"]?.stringValue }
-    io.out("\(path ?? FlowScopeConfig.embeddedName): ok (sinks: \(sinks.joined(separator: ", ")); \(config.simulate.strategies.count) strategies)\n")
+    // The sinks serve will run, then those the config lists with `enabled: false`.
+    let entries = config.sinks.arrayValue ?? []
+    let on = entries.filter { $0["enabled"]?.boolValue != false }.compactMap { $0["type"]?.stringValue }
+    let off = entries.filter { $0["enabled"]?.boolValue == false }.compactMap { $0["type"]?.stringValue }
+    let disabled = off.isEmpty ? "" : "; disabled: \(off.joined(separator: ", "))"
+    io.out("\(path ?? FlowScopeConfig.embeddedName): ok (sinks: \(on.joined(separator: ", "))\(disabled); \(config.simulate.strategies.count) strategies)\n")
     return ExitStatus.success
 }

@@ -11,7 +11,7 @@ struct ConfigCommandTests {
         let path = packageRoot + "/config/flowscope.json5"
         let result = await flowscope("check-config", path)
         #expect(result.status == 0, "\(result.err)")
-        #expect(result.out == "\(path): ok (sinks: metrics, memory, sqlite, jsonl, otlp, console; 7 strategies)\n")
+        #expect(result.out == "\(path): ok (sinks: metrics, memory, sqlite, jsonl; disabled: otlp, console; 7 strategies)\n")
         #expect(result.err.isEmpty)
         let config = try FlowScopeConfig.load(path: path)
         #expect(config.server.bind == "127.0.0.1")

@@ -206,7 +206,7 @@ struct ServeChecksTests {
         #expect(builtIn.server.shutdownTimeout == 10)
         let check = await flowscope("check-config")
         #expect(check.status == 0, "\(check.err)")
-        #expect(check.out.hasPrefix("(built-in config/flowscope.json5): ok (sinks: metrics, memory, sqlite, jsonl, otlp, console"))
+        #expect(check.out.hasPrefix("(built-in config/flowscope.json5): ok (sinks: metrics, memory, sqlite, jsonl; disabled: otlp, console"))
     }
 }
 
