@@ -131,19 +131,15 @@ public struct GetFlowMachine: FetchMachine {
         guard tag == requestTag, stage == .targeted || stage == .defaultAudience else { return }
         actions.append(.clearTimer(tag: timerTag))
         requestTag = -1
-        var result = completion.result
-        var drawn: (AudiencePayload, Variation)?
-        if case .success(let body) = result {
-            if case .audience(let payload) = body, let v = cache.drawVariation(payload, profileId: profileId) {
-                drawn = (payload, v)
-            } else if case .audience = body {
-                result = .failure(.malformed(reason: "variation weights do not sum to 100"))
-            } else {
-                result = .failure(.malformed(reason: "unexpected response body"))
+        // Matched in place: the completion (and its payload) is not copied into a local first.
+        let failure: RequestFailure
+        switch completion.result {
+        case .success(.audience(let payload)):
+            guard let variation = cache.drawVariation(payload, profileId: profileId) else {
+                failure = .malformed(reason: "variation weights do not sum to 100")
+                break
             }
-        }
-        emitRequestEnd(tag: tag, result: result, bytes: completion.bytes, now: now, &actions)
-        if let (payload, variation) = drawn {
+            emitRequestEnd(tag: tag, result: completion.result, bytes: completion.bytes, now: now, &actions)
             let fromDefault = stage == .defaultAudience
             let flow = Flow(payload: payload, variation: variation, source: fromDefault ? .defaultAudience : .network,
                             targetingLost: fromDefault)
@@ -151,8 +147,12 @@ public struct GetFlowMachine: FetchMachine {
                                       CachedFlow(flow: flow, storedAt: now, fromDefaultAudience: fromDefault),
                                       keepTargeted: fromDefault))
             return finish(.flow(flow), now: now, &actions)
+        case .success:
+            failure = .malformed(reason: "unexpected response body")
+        case .failure(let f):
+            failure = f
         }
-        guard case .failure(let failure) = result else { return }
+        emitRequestEnd(tag: tag, result: .failure(failure), bytes: completion.bytes, now: now, &actions)
         failed(failure, now: now, cache: cache, &actions)
     }
 

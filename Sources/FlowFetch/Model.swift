@@ -23,31 +23,117 @@ public struct LayoutRef: Sendable, Hashable {
 }
 
 /// One variant of an audience as the backend sends it.
+///
+/// A value type whose fields sit in one shared, immutable box (as ``AudiencePayload``'s do): the
+/// variation drawn for a response is copied into the flow at the cost of one reference count.
+/// Setting a field makes a new box.
 public struct Variation: Sendable, Hashable {
-    public var id: String
+    private final class Fields: Sendable {
+        let id: String, weight: Int, revision: Int
+        let productIds: [String]
+        let remoteConfig: [String: JSONValue]
+        let layout: LayoutRef?
+        init(id: String, weight: Int, revision: Int, productIds: [String], remoteConfig: [String: JSONValue], layout: LayoutRef?) {
+            self.id = id; self.weight = weight; self.revision = revision; self.productIds = productIds
+            self.remoteConfig = remoteConfig; self.layout = layout
+        }
+        /// A copy with the given fields changed.
+        func with(id: String? = nil, weight: Int? = nil, revision: Int? = nil, productIds: [String]? = nil,
+                  remoteConfig: [String: JSONValue]? = nil, layout: LayoutRef?? = nil) -> Fields {
+            Fields(id: id ?? self.id, weight: weight ?? self.weight, revision: revision ?? self.revision,
+                   productIds: productIds ?? self.productIds, remoteConfig: remoteConfig ?? self.remoteConfig,
+                   layout: layout ?? self.layout)
+        }
+    }
+    private var fields: Fields
+
+    public var id: String {
+        get { fields.id }
+        set { fields = fields.with(id: newValue) }
+    }
     /// Integer weight; an audience's weights sum to 100.
-    public var weight: Int
-    public var revision: Int
-    public var productIds: [String]
-    public var remoteConfig: [String: JSONValue]
-    public var layout: LayoutRef?
+    public var weight: Int {
+        get { fields.weight }
+        set { fields = fields.with(weight: newValue) }
+    }
+    public var revision: Int {
+        get { fields.revision }
+        set { fields = fields.with(revision: newValue) }
+    }
+    public var productIds: [String] {
+        get { fields.productIds }
+        set { fields = fields.with(productIds: newValue) }
+    }
+    public var remoteConfig: [String: JSONValue] {
+        get { fields.remoteConfig }
+        set { fields = fields.with(remoteConfig: newValue) }
+    }
+    public var layout: LayoutRef? {
+        get { fields.layout }
+        set { fields = fields.with(layout: .some(newValue)) }
+    }
+
     public init(id: String, weight: Int, revision: Int = 0, productIds: [String] = [],
                 remoteConfig: [String: JSONValue] = [:], layout: LayoutRef? = nil) {
-        self.id = id; self.weight = weight; self.revision = revision; self.productIds = productIds
-        self.remoteConfig = remoteConfig; self.layout = layout
+        fields = Fields(id: id, weight: weight, revision: revision, productIds: productIds, remoteConfig: remoteConfig, layout: layout)
+    }
+
+    public static func == (a: Variation, b: Variation) -> Bool {
+        a.fields === b.fields || (a.id == b.id && a.weight == b.weight && a.revision == b.revision
+            && a.productIds == b.productIds && a.remoteConfig == b.remoteConfig && a.layout == b.layout)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(id); hasher.combine(weight); hasher.combine(revision)
+        hasher.combine(productIds); hasher.combine(remoteConfig); hasher.combine(layout)
     }
 }
 
 /// What the backend answers for a placement: the audience resolved for the profile, with all its
 /// variations. The client draws one (``VariationDraw``).
+///
+/// A value type whose fields sit in one shared, immutable box, as ``Flow``'s do: a payload travels
+/// from the response through the machine into the flow and the cache, and each copy costs one
+/// reference count instead of four. Setting a field makes a new box.
 public struct AudiencePayload: Sendable, Hashable {
-    public var placementId: String
-    public var audienceName: String
-    public var audienceVersionId: String
-    public var variations: [Variation]
+    private final class Fields: Sendable {
+        let placementId: String, audienceName: String, audienceVersionId: String
+        let variations: [Variation]
+        init(placementId: String, audienceName: String, audienceVersionId: String, variations: [Variation]) {
+            self.placementId = placementId; self.audienceName = audienceName
+            self.audienceVersionId = audienceVersionId; self.variations = variations
+        }
+    }
+    private var fields: Fields
+
+    public var placementId: String {
+        get { fields.placementId }
+        set { fields = Fields(placementId: newValue, audienceName: audienceName, audienceVersionId: audienceVersionId, variations: variations) }
+    }
+    public var audienceName: String {
+        get { fields.audienceName }
+        set { fields = Fields(placementId: placementId, audienceName: newValue, audienceVersionId: audienceVersionId, variations: variations) }
+    }
+    public var audienceVersionId: String {
+        get { fields.audienceVersionId }
+        set { fields = Fields(placementId: placementId, audienceName: audienceName, audienceVersionId: newValue, variations: variations) }
+    }
+    public var variations: [Variation] {
+        get { fields.variations }
+        set { fields = Fields(placementId: placementId, audienceName: audienceName, audienceVersionId: audienceVersionId, variations: newValue) }
+    }
+
     public init(placementId: String, audienceName: String, audienceVersionId: String, variations: [Variation]) {
-        self.placementId = placementId; self.audienceName = audienceName
-        self.audienceVersionId = audienceVersionId; self.variations = variations
+        fields = Fields(placementId: placementId, audienceName: audienceName, audienceVersionId: audienceVersionId, variations: variations)
+    }
+
+    public static func == (a: AudiencePayload, b: AudiencePayload) -> Bool {
+        a.fields === b.fields || (a.placementId == b.placementId && a.audienceName == b.audienceName
+            && a.audienceVersionId == b.audienceVersionId && a.variations == b.variations)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(placementId); hasher.combine(audienceName); hasher.combine(audienceVersionId); hasher.combine(variations)
     }
 }
 
