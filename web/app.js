@@ -575,29 +575,47 @@ function histogramSamples(events) {
 /** Back to the fitted axis without a redraw (the caller redraws). */
 function clearZoom() {
   state.zoom = null;
-  $('#wf-reset-zoom').hidden = true;
+  updateZoomControls();
 }
 
 /** Zooms the waterfall's axis to [from, to] (null: the fitted axis); a user's zoom is a history entry. */
 function setZoom(zoom, { record = true } = {}) {
   state.zoom = zoom;
-  $('#wf-reset-zoom').hidden = !zoom;
   if (record) recordView();
   renderWaterfallNow({ force: true });
 }
 
+/** The narrowest axis span a zoom in reaches (seconds). */
+const MIN_ZOOM_SPAN = 0.001;
+
+/** The waterfall's axis as drawn: {min, max, fit} seconds, or null when no call is drawn. */
+function waterfallAxis() {
+  const root = $('#waterfall-chart svg.waterfall');
+  if (!root) return null;
+  const axis = { min: Number(root.dataset.axisMin), max: Number(root.dataset.axisMax), fit: Number(root.dataset.fitMax) };
+  return Object.values(axis).every(Number.isFinite) && axis.max > axis.min ? axis : null;
+}
+
 /**
- * The keyboard's zoom on the waterfall: `factor` 0.5 halves the axis span (keeping its start), 2
- * doubles it, up to the fitted axis (then the zoom is gone).
+ * The zoom buttons do what + , − and 0 do on a row; each is disabled when it would change nothing:
+ * Zoom in without calls or at the narrowest span, Zoom out and Reset zoom on the fitted axis.
+ */
+function updateZoomControls() {
+  const axis = waterfallAxis();
+  $('#wf-zoom-in').disabled = !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12;
+  $('#wf-zoom-out').disabled = !axis || !state.zoom;
+  $('#wf-reset-zoom').disabled = !state.zoom;
+}
+
+/**
+ * The keyboard's (and the zoom buttons') zoom on the waterfall: `factor` 0.5 halves the axis span
+ * (keeping its start), 2 doubles it, up to the fitted axis (then the zoom is gone).
  */
 function zoomBy(factor) {
-  const root = $('#waterfall-chart svg.waterfall');
-  if (!root) return;
-  const min = Number(root.dataset.axisMin);
-  const max = Number(root.dataset.axisMax);
-  const fit = Number(root.dataset.fitMax);
-  if (![min, max, fit].every(Number.isFinite) || max <= min) return;
-  const span = Math.max((max - min) * factor, 0.001);
+  const axis = waterfallAxis();
+  if (!axis) return;
+  const { min, max, fit } = axis;
+  const span = Math.max((max - min) * factor, MIN_ZOOM_SPAN);
   let from = min;
   let to = min + span;
   if (to > fit) { to = fit; from = Math.max(0, fit - span); }
@@ -671,6 +689,7 @@ function renderWaterfallNow({ force = false } = {}) {
   const empty = wf.querySelector(':scope > .panel-empty');
   empty.hidden = calls.length > 0;
   empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
+  updateZoomControls();
   const cut = Number(root?.dataset.cut ?? 0);
   const how = 'drag on the axis or press + / − to zoom';
   $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
@@ -855,7 +874,17 @@ function wire() {
   for (const [id] of filters.FIELDS) $(`#${id}`).addEventListener('change', onFilterChange);
   $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
   $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
-  $('#wf-reset-zoom').addEventListener('click', () => { setZoom(null); $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true }); });
+  // The zoom buttons act as + , − and 0 on a row. A button that its own press disables (Zoom out back
+  // to the fitted axis, Reset zoom) hands the focus to Zoom in, so that it never falls back to the page.
+  for (const [id, act] of [['#wf-zoom-in', () => zoomBy(0.5)], ['#wf-zoom-out', () => zoomBy(2)], ['#wf-reset-zoom', () => setZoom(null)]]) {
+    $(id).addEventListener('click', () => {
+      act();
+      const button = $(id);
+      if (!button.disabled || (document.activeElement !== button && document.activeElement !== document.body)) return;
+      const next = [$('#wf-zoom-in'), $('#waterfall-chart g.wf-call[tabindex="0"]')].find((n) => n && !n.disabled);
+      next?.focus({ preventScroll: true });
+    });
+  }
   // On the waterfall: + (or =) zooms in, - zooms out, 0 returns to the fitted axis.
   $('#waterfall-chart').addEventListener('keydown', (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
@@ -937,7 +966,7 @@ async function start() {
   state.filters = view.filters;
   filters.writeControls(state.filters);
   state.zoom = view.zoom;
-  $('#wf-reset-zoom').hidden = !state.zoom;
+  updateZoomControls();
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
   await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);
