@@ -5,7 +5,7 @@ import * as fmt from './js/format.js';
 import { EventBuffer, groupCalls, fetchDurations } from './js/store.js';
 import { renderPlacements, renderSourceLegend } from './js/placements.js';
 import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/waterfall.js';
-import { renderHistogram, percentile } from './js/histogram.js';
+import { renderHistogram, markListedRange, percentile } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
@@ -42,7 +42,7 @@ const state = {
   // /api/placements with the filters), key (its query)}.
   query: null,
   zoom: null, // [from, to] seconds of the waterfall's axis, or null
-  bin: null, // the histogram bin whose calls are listed: {index, lo, hi, samples}
+  bin: null, // the histogram range whose calls are listed: {lo, hi, last, samples, at}, seconds (last: lo or longer)
 };
 const PAGE = 1000;
 const MAX_PAGES = 12;
@@ -521,20 +521,21 @@ function renderFilterStatus() {
 
 // ---------------------------------------------------------------- histogram drill-down
 
-/** Lists the calls of a histogram bin (exactly the calls counted in it). */
+/**
+ * Lists the calls of a histogram bin (exactly the calls counted in it when clicked). The list keeps its
+ * range of durations, [lo, hi) seconds: each redraw highlights that range, wherever new calls move the
+ * bins, so the highlight and the list always mean the same calls' range.
+ */
 function openBin(bin) {
-  state.bin = { index: bin.index, lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice() };
+  state.bin = { lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice(), at: new Date().toISOString() };
   renderBin();
-  document.querySelectorAll('#histogram-chart g.bin').forEach((g) => {
-    const on = Number(g.dataset.index) === bin.index;
-    g.classList.toggle('open', on);
-    g.setAttribute('aria-selected', String(on));
-  });
+  markListedRange($('#histogram-chart svg.histogram'), state.bin);
 }
 
 function closeBin() {
   state.bin = null;
   renderBin();
+  markListedRange($('#histogram-chart svg.histogram'), null);
 }
 
 const BIN_ROWS = 200;
@@ -542,12 +543,16 @@ function renderBin() {
   const panel = $('#bin-calls');
   const list = panel.querySelector('ul');
   clear(list);
-  if (!state.bin) { panel.hidden = true; return; }
+  const note = $('#bin-calls-note');
+  if (!state.bin) { panel.hidden = true; delete panel.dataset.lo; delete panel.dataset.hi; note.textContent = ''; return; }
   const b = state.bin;
   panel.hidden = false;
-  panel.dataset.index = b.index;
+  panel.dataset.lo = b.lo;
+  if (b.last) delete panel.dataset.hi; else panel.dataset.hi = b.hi;
   const range = b.last ? `${fmt.duration(b.lo)} or longer` : `${fmt.duration(b.lo)} to ${fmt.duration(b.hi)}`;
   $('#bin-calls-title').textContent = `${fmt.count(b.samples.length)} call${b.samples.length === 1 ? '' : 's'} of ${range}`;
+  note.textContent = `Calls ${b.last ? `of ${fmt.duration(b.lo)} or longer` : `from ${fmt.duration(b.lo)} to under ${fmt.duration(b.hi)}`}` +
+    ` as counted at ${fmt.clock(b.at).slice(0, 8)}; the chart keeps this range highlighted as new calls rescale it.`;
   const sorted = b.samples.slice().sort((x, y) => y.duration - x.duration);
   for (const sample of sorted.slice(0, BIN_ROWS)) {
     const li = el('li');
@@ -652,7 +657,7 @@ function render({ force = false } = {}) {
   const samples = histogramSamples(events);
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
-    onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : state.bin?.index, open: state.bin?.index,
+    onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : undefined, listed: state.bin,
     axisTitle: queryMode() ? 'call duration (fetches and preloads)' : 'fetch.end duration',
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
@@ -895,9 +900,9 @@ function wire() {
     $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
   });
   $('#bin-calls-close').addEventListener('click', () => {
-    const index = state.bin?.index;
     closeBin();
-    $(`#histogram-chart g.bin[data-index="${index}"]`)?.focus({ preventScroll: true });
+    // The tab stop is the bar where the listed range started (as the chart now draws it).
+    $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
   });
   $('#filter-name').addEventListener('change', () => { recordView(); renderTailNow(); });
   $('#filter-run').addEventListener('change', async () => {

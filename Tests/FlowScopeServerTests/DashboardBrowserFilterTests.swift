@@ -487,4 +487,89 @@ struct DashboardBrowserFilterTests {
         }
         #expect(try buttons.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
+
+
+    @Test("a histogram bar's listed calls and the highlighted range stay the same range of durations while live calls rescale the chart")
+    func listedRangeStaysHighlighted() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var base: [JSONValue] = []
+        for i in 0..<30 { base += DemoCalls.call(run: "live", placement: "base_\(i % 3)", t: Double(i), source: "network", duration: 0.1 + Double(i % 10) * 0.03) }
+        _ = try stack.ingest(base)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        let total = "[...document.querySelectorAll('#histogram g.bin')].reduce((s, g) => s + Number(g.dataset.count), 0)"
+        #expect(try browser.waitFor("\(total) === 30"))
+
+        // Click the fullest bar that has an upper edge, as a user does.
+        let bin = try browser.evaluate("""
+            (() => { const bins = [...document.querySelectorAll('#histogram g.bin')].filter((g) => g.dataset.hi !== undefined);
+              bins.sort((a, b) => Number(b.dataset.count) - Number(a.dataset.count)); const g = bins[0];
+              g.scrollIntoView({ block: 'center' }); const r = g.querySelector('.bin-hit').getBoundingClientRect();
+              return { lo: Number(g.dataset.lo), hi: Number(g.dataset.hi), count: Number(g.dataset.count), x: r.left + r.width / 2, y: r.top + r.height - 3 }; })()
+            """)
+        let lo = try #require(bin["lo"]?.numberValue), hi = try #require(bin["hi"]?.numberValue)
+        let count = Int(try #require(bin["count"]?.numberValue))
+        try browser.click(x: try #require(bin["x"]?.numberValue), y: try #require(bin["y"]?.numberValue))
+        try browser.mouse("mouseMoved", x: 2, y: 2)
+        #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden && document.querySelectorAll('#bin-calls button.bin-call').length === \(count)"))
+        let listedTraces = "JSON.stringify([...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => b.dataset.trace).sort())"
+        let listed = try browser.evaluate(listedTraces).stringValue ?? ""
+        let durations = try browser.evaluate("[...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => Number(b.dataset.duration))").arrayValue?.compactMap(\.numberValue) ?? []
+        #expect(durations.count == count && durations.allSatisfy { $0 >= lo && $0 < hi }, "the list holds the calls of \(lo) ..< \(hi): \(durations)")
+        let scaleBefore = try browser.evaluate("(() => { const g = document.querySelector('#histogram g.bin'); return Number(g.dataset.hi) - Number(g.dataset.lo); })()").numberValue ?? 0
+
+        // Where the chart draws the listed range now: the bars' own time-to-pixel scale (a bar's hit area
+        // spans its lo + 1 px to its hi - 1 px) applied to [lo, hi), against the highlight's extent (the
+        // listed-range band, or the bar marked open).
+        let check = """
+            (() => { const bins = [...document.querySelectorAll('#histogram g.bin')].filter((g) => g.dataset.hi !== undefined);
+              if (bins.length < 2) return { error: 'fewer than 2 bars' };
+              const edge = (g) => { const r = g.querySelector('.bin-hit'); return [Number(g.dataset.lo), Number(r.getAttribute('x')) - 1, Number(g.dataset.hi), Number(r.getAttribute('x')) + Number(r.getAttribute('width')) + 1]; };
+              const [t0, p0] = edge(bins[0]); const e = edge(bins[bins.length - 1]); const [t1, p1] = [e[2], e[3]];
+              const px = (t) => p0 + (t - t0) * (p1 - p0) / (t1 - t0);
+              const band = document.querySelector('#histogram-chart .listed-range');
+              let from = null, to = null;
+              if (band) { from = Number(band.getAttribute('x')); to = from + Number(band.getAttribute('width')); }
+              else { const open = document.querySelector('#histogram g.bin.open .bin-hit');
+                if (open) { from = Number(open.getAttribute('x')) - 1; to = from + Number(open.getAttribute('width')) + 2; } }
+              return { from, to, want: [px(\(lo)), px(\(hi))], binWidth: Number(bins[0].dataset.hi) - Number(bins[0].dataset.lo),
+                bandLo: band ? Number(band.dataset.lo) : null, bandHi: band ? Number(band.dataset.hi) : null,
+                listLo: Number(document.querySelector('#bin-calls').dataset.lo), listHi: Number(document.querySelector('#bin-calls').dataset.hi),
+                title: document.querySelector('#bin-calls').textContent }; })()
+            """
+        func expectHighlightOnRange(_ when: String) throws -> Double {
+            let at = try browser.evaluate(check)
+            let from = at["from"]?.numberValue, to = at["to"]?.numberValue
+            let want = at["want"]?.arrayValue?.compactMap(\.numberValue) ?? []
+            let drawn = if let from, let to, want.count == 2 { abs(from - want[0]) <= 1.5 && abs(to - want[1]) <= 1.5 } else { false }
+            #expect(drawn,
+                    "\(when): the highlight spans \(lo) ..< \(hi) s as the chart draws it: \(at.jsonText)")
+            #expect(at["bandLo"]?.numberValue == lo && at["bandHi"]?.numberValue == hi && at["listLo"]?.numberValue == lo && at["listHi"]?.numberValue == hi,
+                    "\(when): the highlight and the list name the same range: \(at.jsonText)")
+            return at["binWidth"]?.numberValue ?? 0
+        }
+        _ = try expectHighlightOnRange("when clicked")
+
+        // Live calls of 1 to 3 s: the axis stretches, every bar covers another range than before.
+        var seen = 30
+        for batch in 0..<3 {
+            var long: [JSONValue] = []
+            for i in 0..<15 { long += DemoCalls.call(run: "live", placement: "slow_\(i % 3)", t: Double(100 + batch * 20 + i), source: "cache", duration: 1 + Double(batch) + Double(i) * 0.05) }
+            _ = try stack.ingest(long)
+            seen += 15
+            #expect(try browser.waitFor("\(total) === \(seen)"), "batch \(batch) reached the histogram")
+            usleep(300_000)
+            let binWidth = try expectHighlightOnRange("after \(seen - 30) slow calls")
+            #expect(binWidth > scaleBefore * 2, "the chart rescaled: bars \(binWidth) s wide, \(scaleBefore) s before")
+            #expect(try browser.evaluate(listedTraces).stringValue == listed, "the list still holds the calls it listed")
+        }
+        let title = try browser.evaluate("document.querySelector('#bin-calls').textContent").stringValue ?? ""
+        #expect(title.contains("to under"), "the list says its range: \(title)")
+
+        try browser.press("Escape")
+        #expect(try browser.waitFor("document.querySelector('#bin-calls').hidden && document.querySelector('#histogram-chart .listed-range, #histogram g.bin.open') === null"),
+                "Escape closes the list and its highlight")
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
 }
