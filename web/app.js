@@ -154,11 +154,16 @@ function runKind(id) {
   return 'test';
 }
 
-async function selectRun(run, { record = true } = {}) {
+/**
+ * Shows `run`, from the fitted axis with no call open. `record`: a user's choice adds a history entry;
+ * `replace` rewrites the current entry instead (the page reloads the run by itself, the URL must still
+ * say what it shows); neither leaves the URL alone (it is the URL's view being applied).
+ */
+async function selectRun(run, { record = true, replace = false } = {}) {
   state.run = run;
   state.selected = null;
   clearZoom();
-  if (record) recordView();
+  if (record || replace) recordView({ push: !replace });
   renderRunSelect();
   state.buffer.clear();
   const token = ++state.loadToken;
@@ -379,9 +384,11 @@ const stream = new api.LiveStream({
       }
     }
     if (storedRun) {
+      // Reloaded from memory: the zoom and the open call were of the stored events, so they go, and
+      // the URL says so without a new history entry (a copied link reopens what the page shows).
       state.runs = state.runs.map((r) => (r.id === state.run ? { ...r, stored: false } : r));
       state.runsStale = true;
-      selectRun(state.run, { record: false });
+      selectRun(state.run, { replace: true });
       return;
     }
     const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
