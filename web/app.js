@@ -5,7 +5,7 @@ import * as fmt from './js/format.js';
 import { EventBuffer, groupCalls, fetchDurations } from './js/store.js';
 import { renderPlacements, renderSourceLegend } from './js/placements.js';
 import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/waterfall.js';
-import { renderHistogram, percentile } from './js/histogram.js';
+import { renderHistogram, markListedRange, percentile } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
@@ -42,7 +42,7 @@ const state = {
   // /api/placements with the filters), key (its query)}.
   query: null,
   zoom: null, // [from, to] seconds of the waterfall's axis, or null
-  bin: null, // the histogram bin whose calls are listed: {index, lo, hi, samples}
+  bin: null, // the histogram range whose calls are listed: {lo, hi, last, samples, at}, seconds (last: lo or longer)
 };
 const PAGE = 1000;
 const MAX_PAGES = 12;
@@ -154,11 +154,16 @@ function runKind(id) {
   return 'test';
 }
 
-async function selectRun(run, { record = true } = {}) {
+/**
+ * Shows `run`, from the fitted axis with no call open. `record`: a user's choice adds a history entry;
+ * `replace` rewrites the current entry instead (the page reloads the run by itself, the URL must still
+ * say what it shows); neither leaves the URL alone (it is the URL's view being applied).
+ */
+async function selectRun(run, { record = true, replace = false } = {}) {
   state.run = run;
   state.selected = null;
   clearZoom();
-  if (record) recordView();
+  if (record || replace) recordView({ push: !replace });
   renderRunSelect();
   state.buffer.clear();
   const token = ++state.loadToken;
@@ -379,9 +384,11 @@ const stream = new api.LiveStream({
       }
     }
     if (storedRun) {
+      // Reloaded from memory: the zoom and the open call were of the stored events, so they go, and
+      // the URL says so without a new history entry (a copied link reopens what the page shows).
       state.runs = state.runs.map((r) => (r.id === state.run ? { ...r, stored: false } : r));
       state.runsStale = true;
-      selectRun(state.run, { record: false });
+      selectRun(state.run, { replace: true });
       return;
     }
     const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
@@ -521,20 +528,21 @@ function renderFilterStatus() {
 
 // ---------------------------------------------------------------- histogram drill-down
 
-/** Lists the calls of a histogram bin (exactly the calls counted in it). */
+/**
+ * Lists the calls of a histogram bin (exactly the calls counted in it when clicked). The list keeps its
+ * range of durations, [lo, hi) seconds: each redraw highlights that range, wherever new calls move the
+ * bins, so the highlight and the list always mean the same calls' range.
+ */
 function openBin(bin) {
-  state.bin = { index: bin.index, lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice() };
+  state.bin = { lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice(), at: new Date().toISOString() };
   renderBin();
-  document.querySelectorAll('#histogram-chart g.bin').forEach((g) => {
-    const on = Number(g.dataset.index) === bin.index;
-    g.classList.toggle('open', on);
-    g.setAttribute('aria-selected', String(on));
-  });
+  markListedRange($('#histogram-chart svg.histogram'), state.bin);
 }
 
 function closeBin() {
   state.bin = null;
   renderBin();
+  markListedRange($('#histogram-chart svg.histogram'), null);
 }
 
 const BIN_ROWS = 200;
@@ -542,12 +550,16 @@ function renderBin() {
   const panel = $('#bin-calls');
   const list = panel.querySelector('ul');
   clear(list);
-  if (!state.bin) { panel.hidden = true; return; }
+  const note = $('#bin-calls-note');
+  if (!state.bin) { panel.hidden = true; delete panel.dataset.lo; delete panel.dataset.hi; note.textContent = ''; return; }
   const b = state.bin;
   panel.hidden = false;
-  panel.dataset.index = b.index;
+  panel.dataset.lo = b.lo;
+  if (b.last) delete panel.dataset.hi; else panel.dataset.hi = b.hi;
   const range = b.last ? `${fmt.duration(b.lo)} or longer` : `${fmt.duration(b.lo)} to ${fmt.duration(b.hi)}`;
   $('#bin-calls-title').textContent = `${fmt.count(b.samples.length)} call${b.samples.length === 1 ? '' : 's'} of ${range}`;
+  note.textContent = `Calls ${b.last ? `of ${fmt.duration(b.lo)} or longer` : `from ${fmt.duration(b.lo)} to under ${fmt.duration(b.hi)}`}` +
+    ` as counted at ${fmt.clock(b.at).slice(0, 8)}; the chart keeps this range highlighted as new calls rescale it.`;
   const sorted = b.samples.slice().sort((x, y) => y.duration - x.duration);
   for (const sample of sorted.slice(0, BIN_ROWS)) {
     const li = el('li');
@@ -575,29 +587,47 @@ function histogramSamples(events) {
 /** Back to the fitted axis without a redraw (the caller redraws). */
 function clearZoom() {
   state.zoom = null;
-  $('#wf-reset-zoom').hidden = true;
+  updateZoomControls();
 }
 
 /** Zooms the waterfall's axis to [from, to] (null: the fitted axis); a user's zoom is a history entry. */
 function setZoom(zoom, { record = true } = {}) {
   state.zoom = zoom;
-  $('#wf-reset-zoom').hidden = !zoom;
   if (record) recordView();
   renderWaterfallNow({ force: true });
 }
 
+/** The narrowest axis span a zoom in reaches (seconds). */
+const MIN_ZOOM_SPAN = 0.001;
+
+/** The waterfall's axis as drawn: {min, max, fit} seconds, or null when no call is drawn. */
+function waterfallAxis() {
+  const root = $('#waterfall-chart svg.waterfall');
+  if (!root) return null;
+  const axis = { min: Number(root.dataset.axisMin), max: Number(root.dataset.axisMax), fit: Number(root.dataset.fitMax) };
+  return Object.values(axis).every(Number.isFinite) && axis.max > axis.min ? axis : null;
+}
+
 /**
- * The keyboard's zoom on the waterfall: `factor` 0.5 halves the axis span (keeping its start), 2
- * doubles it, up to the fitted axis (then the zoom is gone).
+ * The zoom buttons do what + , − and 0 do on a row; each is disabled when it would change nothing:
+ * Zoom in without calls or at the narrowest span, Zoom out and Reset zoom on the fitted axis.
+ */
+function updateZoomControls() {
+  const axis = waterfallAxis();
+  $('#wf-zoom-in').disabled = !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12;
+  $('#wf-zoom-out').disabled = !axis || !state.zoom;
+  $('#wf-reset-zoom').disabled = !state.zoom;
+}
+
+/**
+ * The keyboard's (and the zoom buttons') zoom on the waterfall: `factor` 0.5 halves the axis span
+ * (keeping its start), 2 doubles it, up to the fitted axis (then the zoom is gone).
  */
 function zoomBy(factor) {
-  const root = $('#waterfall-chart svg.waterfall');
-  if (!root) return;
-  const min = Number(root.dataset.axisMin);
-  const max = Number(root.dataset.axisMax);
-  const fit = Number(root.dataset.fitMax);
-  if (![min, max, fit].every(Number.isFinite) || max <= min) return;
-  const span = Math.max((max - min) * factor, 0.001);
+  const axis = waterfallAxis();
+  if (!axis) return;
+  const { min, max, fit } = axis;
+  const span = Math.max((max - min) * factor, MIN_ZOOM_SPAN);
   let from = min;
   let to = min + span;
   if (to > fit) { to = fit; from = Math.max(0, fit - span); }
@@ -634,7 +664,7 @@ function render({ force = false } = {}) {
   const samples = histogramSamples(events);
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
-    onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : state.bin?.index, open: state.bin?.index,
+    onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : undefined, listed: state.bin,
     axisTitle: queryMode() ? 'call duration (fetches and preloads)' : 'fetch.end duration',
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
@@ -671,6 +701,7 @@ function renderWaterfallNow({ force = false } = {}) {
   const empty = wf.querySelector(':scope > .panel-empty');
   empty.hidden = calls.length > 0;
   empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
+  updateZoomControls();
   const cut = Number(root?.dataset.cut ?? 0);
   const how = 'drag on the axis or press + / − to zoom';
   $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
@@ -855,7 +886,17 @@ function wire() {
   for (const [id] of filters.FIELDS) $(`#${id}`).addEventListener('change', onFilterChange);
   $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
   $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
-  $('#wf-reset-zoom').addEventListener('click', () => { setZoom(null); $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true }); });
+  // The zoom buttons act as + , − and 0 on a row. A button that its own press disables (Zoom out back
+  // to the fitted axis, Reset zoom) hands the focus to Zoom in, so that it never falls back to the page.
+  for (const [id, act] of [['#wf-zoom-in', () => zoomBy(0.5)], ['#wf-zoom-out', () => zoomBy(2)], ['#wf-reset-zoom', () => setZoom(null)]]) {
+    $(id).addEventListener('click', () => {
+      act();
+      const button = $(id);
+      if (!button.disabled || (document.activeElement !== button && document.activeElement !== document.body)) return;
+      const next = [$('#wf-zoom-in'), $('#waterfall-chart g.wf-call[tabindex="0"]')].find((n) => n && !n.disabled);
+      next?.focus({ preventScroll: true });
+    });
+  }
   // On the waterfall: + (or =) zooms in, - zooms out, 0 returns to the fitted axis.
   $('#waterfall-chart').addEventListener('keydown', (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
@@ -866,9 +907,9 @@ function wire() {
     $('#waterfall-chart g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
   });
   $('#bin-calls-close').addEventListener('click', () => {
-    const index = state.bin?.index;
     closeBin();
-    $(`#histogram-chart g.bin[data-index="${index}"]`)?.focus({ preventScroll: true });
+    // The tab stop is the bar where the listed range started (as the chart now draws it).
+    $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
   });
   $('#filter-name').addEventListener('change', () => { recordView(); renderTailNow(); });
   $('#filter-run').addEventListener('change', async () => {
@@ -937,7 +978,7 @@ async function start() {
   state.filters = view.filters;
   filters.writeControls(state.filters);
   state.zoom = view.zoom;
-  $('#wf-reset-zoom').hidden = !state.zoom;
+  updateZoomControls();
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
   await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);

@@ -129,7 +129,8 @@ struct DashboardBrowserDebuggerTests {
             """
         let filterBar = ["#f-range", "#filter-placement", "#f-call", "#f-source", "#f-audience", "#f-variation", "#f-targeting", "#f-error",
                          "#f-min", "#f-max", "#f-trace", "#f-q", "#f-clear"]
-        let controls = ["#run-select", "#pause"] + filterBar + ["waterfall-row", "histogram-bin", "#filter-run", "#filter-name", "tail-row"]
+        // The zoom buttons: Zoom in only, on the fitted axis (Zoom out and Reset zoom are disabled).
+        let controls = ["#run-select", "#pause"] + filterBar + ["#wf-zoom-in", "waterfall-row", "histogram-bin", "#filter-run", "#filter-name", "tail-row"]
         var reached: [String] = []
         // One Tab per control, the skip link and the brand link, and a few to spare.
         for _ in 0..<30 where !Set(controls).isSubset(of: reached) {

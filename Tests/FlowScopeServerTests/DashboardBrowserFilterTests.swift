@@ -263,7 +263,7 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.evaluate("\(slow).querySelector('text.wf-cut').firstChild.nodeValue") == "» 12.0 s", "the cut call says its full duration")
         #expect(try browser.evaluate("document.querySelectorAll('#waterfall g.wf-call.cut').length") == .number(1), "only the long call is cut")
         #expect(try browser.evaluate("document.querySelectorAll('#waterfall .wf-budget-cut').length") == .number(11), "every 4.5 s budget runs past the axis")
-        #expect(try browser.evaluate("document.querySelector('#wf-reset-zoom').hidden") == .bool(true))
+        #expect(try browser.evaluate("document.querySelector('#wf-reset-zoom').disabled") == .bool(true))
 
         // Drag across the axis, from a fifth to three fifths of its track.
         let strip = try browser.evaluate("""
@@ -275,22 +275,22 @@ struct DashboardBrowserFilterTests {
         try browser.mouse("mouseMoved", x: left + width * 0.4, y: y)
         try browser.mouse("mouseMoved", x: left + width * 0.6, y: y)
         try browser.mouse("mouseReleased", x: left + width * 0.6, y: y)
-        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').hidden"), "Reset zoom appears")
+        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').disabled"), "Reset zoom is enabled")
         let zoomed = try browser.evaluate("[Number(\(svg).dataset.axisMin), Number(\(svg).dataset.axisMax)]").arrayValue?.compactMap(\.numberValue) ?? []
         #expect(zoomed.count == 2 && abs(zoomed[0] - axisMax * 0.2) < axisMax * 0.03 && abs(zoomed[1] - axisMax * 0.6) < axisMax * 0.03,
                 "zoomed to the dragged span: \(zoomed) of 0 ... \(axisMax)")
         #expect(try browser.evaluate("document.querySelector('#waterfall-note').textContent.startsWith('zoomed to')") == .bool(true))
         _ = try browser.evaluate("document.querySelector('#wf-reset-zoom').click()")
-        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && Number(\(svg).dataset.axisMax) === \(axisMax)"),
+        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').disabled && Number(\(svg).dataset.axisMin) === 0 && Number(\(svg).dataset.axisMax) === \(axisMax)"),
                 "Reset zoom restores the fitted axis")
 
         // A new filter starts from the fitted axis again.
         try browser.mouse("mousePressed", x: left + width * 0.1, y: y)
         try browser.mouse("mouseMoved", x: left + width * 0.5, y: y)
         try browser.mouse("mouseReleased", x: left + width * 0.5, y: y)
-        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').hidden"))
+        #expect(try browser.waitFor("!document.querySelector('#wf-reset-zoom').disabled"))
         try Self.setFilter(browser, "f-min", "0.15")
-        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').hidden && Number(\(svg).dataset.axisMin) === 0 && document.querySelectorAll('#waterfall g.wf-call').length === 8"),
+        #expect(try browser.waitFor("document.querySelector('#wf-reset-zoom').disabled && Number(\(svg).dataset.axisMin) === 0 && document.querySelectorAll('#waterfall g.wf-call').length === 8"),
                 "the 7 calls of 0.16 s or more and the long one, on the fitted axis")
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
@@ -315,7 +315,7 @@ struct DashboardBrowserFilterTests {
         // Keyboard: + halves the axis span from its start, - doubles it back to the fitted axis.
         _ = try browser.evaluate("document.querySelector('#waterfall g.wf-call[tabindex=\"0\"]').focus()")
         try browser.press("+")
-        let zoomedIn = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit / 2)]) && !document.querySelector('#wf-reset-zoom').hidden")
+        let zoomedIn = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit / 2)]) && !document.querySelector('#wf-reset-zoom').disabled")
         let shown = try browser.evaluate(axis).jsonText
         #expect(zoomedIn, "+ zoomed to 0 ... \(fit / 2): \(shown)")
         #expect(try browser.waitFor("location.hash.includes('zoom=0-')"), "the zoom is in the URL")
@@ -330,14 +330,14 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 4)"), "Back: the zoom before")
         _ = try browser.evaluate("history.back()")
         _ = try browser.evaluate("history.back()")
-        let backToFit = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').hidden && !location.hash.includes('zoom=')")
+        let backToFit = try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').disabled && !location.hash.includes('zoom=')")
         let afterBack = try browser.evaluate(axis).jsonText
         #expect(backToFit, "Back to the fitted axis: \(afterBack)")
         _ = try browser.evaluate("document.querySelector('#waterfall g.wf-call[tabindex=\"0\"]').focus()")
         try browser.press("+")
         #expect(try browser.waitFor("Number(\(svg).dataset.axisMax) === \(fit / 2)"))
         try browser.press("-")
-        #expect(try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').hidden && !location.hash.includes('zoom=')"),
+        #expect(try browser.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && document.querySelector('#wf-reset-zoom').disabled && !location.hash.includes('zoom=')"),
                 "- back out to the fitted axis removes the zoom")
 
         // A link with a zoom reopens the waterfall zoomed; Reset zoom takes it out of the URL.
@@ -347,9 +347,229 @@ struct DashboardBrowserFilterTests {
         try other.open(url)
         #expect(try other.waitFor("document.body.dataset.ready === 'true' && document.querySelectorAll('#waterfall g.wf-call').length === 10 && JSON.stringify(\(axis)) === '[0.05,0.2]'"),
                 "the link reopened the zoom")
-        #expect(try other.evaluate("!document.querySelector('#wf-reset-zoom').hidden && document.querySelector('#waterfall-note').textContent.startsWith('zoomed to')") == .bool(true))
+        #expect(try other.evaluate("!document.querySelector('#wf-reset-zoom').disabled && document.querySelector('#waterfall-note').textContent.startsWith('zoomed to')") == .bool(true))
         _ = try other.evaluate("document.querySelector('#wf-reset-zoom').click()")
         #expect(try other.waitFor("JSON.stringify(\(axis)) === JSON.stringify([0, \(fit)]) && !location.hash.includes('zoom=')"), "Reset zoom removes it from the URL")
         #expect(try other.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
+
+
+    /// The contrast ratio (WCAG) of an element's colour, or of its outline, against the first opaque
+    /// background behind it; -1 when the element is missing.
+    static func contrast(_ selector: String, _ property: String = "color") -> String {
+        """
+        (() => {
+          const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+          const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+            .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+          const node = document.querySelector(\(JSONValue.string(selector).jsonText));
+          if (!node) return -1;
+          let back = node;
+          while (back && (rgb(getComputedStyle(back).backgroundColor)[3] === 0 || getComputedStyle(back).backgroundColor === 'transparent')) back = back.parentElement;
+          const bg = rgb(getComputedStyle(back ?? document.body).backgroundColor);
+          const fg = rgb(getComputedStyle(node)[\(JSONValue.string(property).jsonText)]);
+          const [x, y] = [lum(fg), lum(bg)].sort((p, q) => q - p);
+          return Math.round((x + 0.05) / (y + 0.05) * 100) / 100; })()
+        """
+    }
+
+    @Test("the zoom buttons are real buttons outside the chart, reached with Tab, named, with a visible focus and AA contrast in both themes, and act exactly as +, - and 0: same axis, same zoom= in the URL, same history entries")
+    func zoomButtons() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var events: [JSONValue] = []
+        for i in 0..<10 { events += DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02) }
+        _ = try stack.ingest(events)
+        // One page zoomed from the keyboard on a row, one with the buttons; live traffic of another run meanwhile.
+        let keys = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
+        defer { keys.close() }
+        let buttons = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
+        defer { buttons.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        defer { traffic.stop() }
+        for page in [keys, buttons] { #expect(try page.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 10")) }
+
+        // Real buttons, outside any picture, with their names.
+        let ids = ["#wf-zoom-in": "Zoom in", "#wf-zoom-out": "Zoom out", "#wf-reset-zoom": "Reset zoom"]
+        for (id, name) in ids.sorted(by: { $0.key < $1.key }) {
+            let sel = JSONValue.string(id).jsonText
+            #expect(try buttons.evaluate("(() => { const b = document.querySelector(\(sel)); return b !== null && b.tagName === 'BUTTON' && b.type === 'button' && !b.hidden && b.closest('[role=img], svg') === null; })()") == .bool(true),
+                    "\(id) is a visible <button> outside any role=img element")
+            let ax = try buttons.accessibility(id)
+            #expect(ax?.role == "button" && ax?.name == name, "\(id): role and accessible name \(String(describing: ax))")
+        }
+        let disabled = "['#wf-zoom-in', '#wf-zoom-out', '#wf-reset-zoom'].map((id) => document.querySelector(id).disabled)"
+        #expect(try buttons.evaluate(disabled) == [false, true, true], "on the fitted axis: nothing to zoom out or reset")
+
+        // Keyboard: Tab from the filter bar's last control reaches Zoom in, with a visible focus ring.
+        func tabToZoomIn(sourceLocation: SourceLocation = #_sourceLocation) throws {
+            _ = try buttons.evaluate("document.querySelector('#f-clear').focus()")
+            var reached = false
+            for _ in 0..<8 where !reached {
+                try buttons.press("Tab")
+                reached = try buttons.evaluate("document.activeElement?.id === 'wf-zoom-in'") == .bool(true)
+            }
+            #expect(reached, "Tab reaches Zoom in", sourceLocation: sourceLocation)
+            let ring = try buttons.evaluate("(() => { const s = getComputedStyle(document.activeElement); return [document.activeElement.matches(':focus-visible'), s.outlineStyle, parseFloat(s.outlineWidth)]; })()")
+            #expect(ring.arrayValue?.first == .bool(true) && ring.arrayValue?[1] == "solid" && (ring.arrayValue?[2].numberValue ?? 0) >= 2,
+                    "a visible 2 px focus ring: \(ring.jsonText)", sourceLocation: sourceLocation)
+        }
+        try tabToZoomIn()
+
+        // The same steps on both pages: keys on a focused row, the buttons by Enter, Space and mouse clicks.
+        let svg = "document.querySelector('#waterfall-chart svg')"
+        let view = "JSON.stringify([Number(\(svg).dataset.axisMin), Number(\(svg).dataset.axisMax), new URLSearchParams(location.hash.slice(1)).get('zoom'), \(disabled)])"
+        let steps: [(key: String, button: String, how: String)] = [
+            ("+", "#wf-zoom-in", "Enter"), ("+", "#wf-zoom-in", "click"), ("-", "#wf-zoom-out", "click"), ("0", "#wf-reset-zoom", "click"),
+            ("+", "#wf-zoom-in", " "), ("+", "#wf-zoom-in", "click"), ("-", "#wf-zoom-out", "click"), ("-", "#wf-zoom-out", "click"),
+        ]
+        var views: [String] = [try keys.evaluate(view).stringValue ?? ""]
+        #expect(try buttons.evaluate(view).stringValue == views[0])
+        let startKeys = try keys.evaluate("history.length").numberValue ?? 0
+        let startButtons = try buttons.evaluate("history.length").numberValue ?? 0
+        for (n, step) in steps.enumerated() {
+            _ = try keys.evaluate("document.querySelector('#waterfall g.wf-call[tabindex=\"0\"]').focus()")
+            try keys.press(step.key)
+            #expect(try keys.waitFor("\(view) !== \(JSONValue.string(views.last ?? "").jsonText)"), "step \(n): \(step.key) changed the view")
+            let afterKey = try keys.evaluate(view).stringValue ?? ""
+            views.append(afterKey)
+
+            let sel = JSONValue.string(step.button).jsonText
+            switch step.how {
+            case "click":
+                let point = try buttons.evaluate("(() => { const b = document.querySelector(\(sel)); b.scrollIntoView({ block: 'center' }); const r = b.getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()")
+                try buttons.click(x: try #require(point["x"]?.numberValue), y: try #require(point["y"]?.numberValue))
+            default:
+                _ = try buttons.evaluate("document.querySelector(\(sel)).focus()")
+                try buttons.press(step.how)
+            }
+            let same = try buttons.waitFor("\(view) === \(JSONValue.string(afterKey).jsonText)", timeout: 5)
+            let shown = try buttons.evaluate(view).stringValue ?? ""
+            #expect(same, "step \(n): \(step.button) by \(step.how) = \(step.key) on a row: \(shown) vs \(afterKey)")
+            let keyEntries = (try keys.evaluate("history.length").numberValue ?? 0) - startKeys
+            let buttonEntries = (try buttons.evaluate("history.length").numberValue ?? 0) - startButtons
+            #expect(buttonEntries == keyEntries, "step \(n): \(buttonEntries) history entries by the buttons, \(keyEntries) by the keys")
+            #expect(try buttons.evaluate("document.activeElement !== document.body && document.activeElement !== null") == .bool(true),
+                    "step \(n): the focus did not fall back to the page")
+        }
+        #expect(views[1] != views[0] && views[3] == views[1] && views[4] == views[0], "+ zoomed, - came back, 0 reset: \(views)")
+        #expect(views.last == views[0], "- twice back to the fitted axis: \(views)")
+        #expect(try buttons.evaluate("document.activeElement.id") == "wf-zoom-in", "Zoom out disabled by its own press hands the focus to Zoom in")
+
+        // Back undoes a button's zoom, as it does a key's.
+        _ = try buttons.evaluate("document.querySelector('#wf-zoom-in').click()")
+        #expect(try buttons.waitFor("location.hash.includes('zoom=0-') && !document.querySelector('#wf-reset-zoom').disabled"))
+        _ = try buttons.evaluate("history.back()")
+        #expect(try buttons.waitFor("!location.hash.includes('zoom=') && document.querySelector('#wf-reset-zoom').disabled && document.querySelector('#wf-zoom-out').disabled"),
+                "Back: the fitted axis, nothing to reset")
+
+        // Contrast, enabled and disabled, and the focus ring, in both themes.
+        _ = try buttons.evaluate("document.querySelector('#wf-zoom-in').click()") // Zoom out and Reset zoom enabled
+        #expect(try buttons.waitFor("!document.querySelector('#wf-zoom-out').disabled"))
+        for scheme in ["light", "dark"] {
+            try buttons.emulate(colorScheme: scheme)
+            usleep(200_000)
+            for id in ["#wf-zoom-in", "#wf-zoom-out"] {
+                let ratio = try buttons.evaluate(Self.contrast(id)).numberValue ?? -1
+                #expect(ratio >= 4.5, "\(scheme) \(id) text: \(ratio):1")
+            }
+            try tabToZoomIn()
+            let outline = try buttons.evaluate(Self.contrast("#wf-zoom-in", "outlineColor")).numberValue ?? -1
+            #expect(outline >= 3, "\(scheme) focus ring: \(outline):1 (non-text contrast)")
+        }
+        _ = try buttons.evaluate("document.querySelector('#wf-reset-zoom').click()")
+        #expect(try buttons.waitFor("document.querySelector('#wf-zoom-out').disabled && document.querySelector('#wf-reset-zoom').disabled"))
+        for scheme in ["light", "dark"] {
+            try buttons.emulate(colorScheme: scheme)
+            usleep(200_000)
+            let ratio = try buttons.evaluate(Self.contrast("#wf-reset-zoom")).numberValue ?? -1
+            #expect(ratio >= 4.5, "\(scheme) disabled Reset zoom text, still readable: \(ratio):1")
+        }
+        #expect(try buttons.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
+
+
+    @Test("a histogram bar's listed calls and the highlighted range stay the same range of durations while live calls rescale the chart")
+    func listedRangeStaysHighlighted() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        var base: [JSONValue] = []
+        for i in 0..<30 { base += DemoCalls.call(run: "live", placement: "base_\(i % 3)", t: Double(i), source: "network", duration: 0.1 + Double(i % 10) * 0.03) }
+        _ = try stack.ingest(base)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
+        defer { browser.close() }
+        let total = "[...document.querySelectorAll('#histogram g.bin')].reduce((s, g) => s + Number(g.dataset.count), 0)"
+        #expect(try browser.waitFor("\(total) === 30"))
+
+        // Click the fullest bar that has an upper edge, as a user does.
+        let bin = try browser.evaluate("""
+            (() => { const bins = [...document.querySelectorAll('#histogram g.bin')].filter((g) => g.dataset.hi !== undefined);
+              bins.sort((a, b) => Number(b.dataset.count) - Number(a.dataset.count)); const g = bins[0];
+              g.scrollIntoView({ block: 'center' }); const r = g.querySelector('.bin-hit').getBoundingClientRect();
+              return { lo: Number(g.dataset.lo), hi: Number(g.dataset.hi), count: Number(g.dataset.count), x: r.left + r.width / 2, y: r.top + r.height - 3 }; })()
+            """)
+        let lo = try #require(bin["lo"]?.numberValue), hi = try #require(bin["hi"]?.numberValue)
+        let count = Int(try #require(bin["count"]?.numberValue))
+        try browser.click(x: try #require(bin["x"]?.numberValue), y: try #require(bin["y"]?.numberValue))
+        try browser.mouse("mouseMoved", x: 2, y: 2)
+        #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden && document.querySelectorAll('#bin-calls button.bin-call').length === \(count)"))
+        let listedTraces = "JSON.stringify([...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => b.dataset.trace).sort())"
+        let listed = try browser.evaluate(listedTraces).stringValue ?? ""
+        let durations = try browser.evaluate("[...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => Number(b.dataset.duration))").arrayValue?.compactMap(\.numberValue) ?? []
+        #expect(durations.count == count && durations.allSatisfy { $0 >= lo && $0 < hi }, "the list holds the calls of \(lo) ..< \(hi): \(durations)")
+        let scaleBefore = try browser.evaluate("(() => { const g = document.querySelector('#histogram g.bin'); return Number(g.dataset.hi) - Number(g.dataset.lo); })()").numberValue ?? 0
+
+        // Where the chart draws the listed range now: the bars' own time-to-pixel scale (a bar's hit area
+        // spans its lo + 1 px to its hi - 1 px) applied to [lo, hi), against the highlight's extent (the
+        // listed-range band, or the bar marked open).
+        let check = """
+            (() => { const bins = [...document.querySelectorAll('#histogram g.bin')].filter((g) => g.dataset.hi !== undefined);
+              if (bins.length < 2) return { error: 'fewer than 2 bars' };
+              const edge = (g) => { const r = g.querySelector('.bin-hit'); return [Number(g.dataset.lo), Number(r.getAttribute('x')) - 1, Number(g.dataset.hi), Number(r.getAttribute('x')) + Number(r.getAttribute('width')) + 1]; };
+              const [t0, p0] = edge(bins[0]); const e = edge(bins[bins.length - 1]); const [t1, p1] = [e[2], e[3]];
+              const px = (t) => p0 + (t - t0) * (p1 - p0) / (t1 - t0);
+              const band = document.querySelector('#histogram-chart .listed-range');
+              let from = null, to = null;
+              if (band) { from = Number(band.getAttribute('x')); to = from + Number(band.getAttribute('width')); }
+              else { const open = document.querySelector('#histogram g.bin.open .bin-hit');
+                if (open) { from = Number(open.getAttribute('x')) - 1; to = from + Number(open.getAttribute('width')) + 2; } }
+              return { from, to, want: [px(\(lo)), px(\(hi))], binWidth: Number(bins[0].dataset.hi) - Number(bins[0].dataset.lo),
+                bandLo: band ? Number(band.dataset.lo) : null, bandHi: band ? Number(band.dataset.hi) : null,
+                listLo: Number(document.querySelector('#bin-calls').dataset.lo), listHi: Number(document.querySelector('#bin-calls').dataset.hi),
+                title: document.querySelector('#bin-calls').textContent }; })()
+            """
+        func expectHighlightOnRange(_ when: String) throws -> Double {
+            let at = try browser.evaluate(check)
+            let from = at["from"]?.numberValue, to = at["to"]?.numberValue
+            let want = at["want"]?.arrayValue?.compactMap(\.numberValue) ?? []
+            let drawn = if let from, let to, want.count == 2 { abs(from - want[0]) <= 1.5 && abs(to - want[1]) <= 1.5 } else { false }
+            #expect(drawn,
+                    "\(when): the highlight spans \(lo) ..< \(hi) s as the chart draws it: \(at.jsonText)")
+            #expect(at["bandLo"]?.numberValue == lo && at["bandHi"]?.numberValue == hi && at["listLo"]?.numberValue == lo && at["listHi"]?.numberValue == hi,
+                    "\(when): the highlight and the list name the same range: \(at.jsonText)")
+            return at["binWidth"]?.numberValue ?? 0
+        }
+        _ = try expectHighlightOnRange("when clicked")
+
+        // Live calls of 1 to 3 s: the axis stretches, every bar covers another range than before.
+        var seen = 30
+        for batch in 0..<3 {
+            var long: [JSONValue] = []
+            for i in 0..<15 { long += DemoCalls.call(run: "live", placement: "slow_\(i % 3)", t: Double(100 + batch * 20 + i), source: "cache", duration: 1 + Double(batch) + Double(i) * 0.05) }
+            _ = try stack.ingest(long)
+            seen += 15
+            #expect(try browser.waitFor("\(total) === \(seen)"), "batch \(batch) reached the histogram")
+            usleep(300_000)
+            let binWidth = try expectHighlightOnRange("after \(seen - 30) slow calls")
+            #expect(binWidth > scaleBefore * 2, "the chart rescaled: bars \(binWidth) s wide, \(scaleBefore) s before")
+            #expect(try browser.evaluate(listedTraces).stringValue == listed, "the list still holds the calls it listed")
+        }
+        let title = try browser.evaluate("document.querySelector('#bin-calls').textContent").stringValue ?? ""
+        #expect(title.contains("to under"), "the list says its range: \(title)")
+
+        try browser.press("Escape")
+        #expect(try browser.waitFor("document.querySelector('#bin-calls').hidden && document.querySelector('#histogram-chart .listed-range, #histogram g.bin.open') === null"),
+                "Escape closes the list and its highlight")
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
 }

@@ -94,4 +94,55 @@ struct DashboardBrowserStoredRunsTests {
         #expect(tail, "tail after the run went live: \(seen)")
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
+
+
+    @Test("a stored run that gets new events while zoomed, a call open, is reloaded from memory on the fitted axis, and zoom= and call= leave the URL without a new history entry")
+    func storedRunGoesLiveDropsZoomFromURL() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let sample = DemoCalls.sample(run: "test:checkout")
+        do {
+            let first = try storedStack(dir + "/events.sqlite")
+            _ = try first.ingest(sample)
+            try waitForRun(first, "test:checkout", events: sample.count)
+            first.stop()
+        }
+        let second = try storedStack(dir + "/events.sqlite")
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(second.baseURL)/#run=test%3Acheckout&zoom=0.05-0.2")
+        let svg = "document.querySelector('#waterfall-chart svg')"
+        let selected = "document.querySelector('#run-select').selectedOptions[0]?.textContent ?? ''"
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelector('#conn-state').dataset.state === 'open' && (\(selected)).includes('stored')"))
+        #expect(try browser.waitFor("Number(\(svg)?.dataset.axisMin) === 0.05 && Number(\(svg)?.dataset.axisMax) === 0.2"), "the stored run opened zoomed, as the link says")
+        _ = try browser.evaluate("document.querySelector('#waterfall g.wf-call').dispatchEvent(new MouseEvent('click', { bubbles: true }))")
+        #expect(try browser.waitFor("location.hash.includes('call=') && location.hash.includes('zoom=0.05-0.2') && !document.querySelector('#trace-detail').hidden"),
+                "a stored call open, zoomed")
+        let entries = try browser.evaluate("history.length").numberValue ?? 0
+
+        // The run gets new events: the page reloads it from memory and drops the zoom, in the URL too.
+        _ = try second.ingest(DemoCalls.call(run: "test:checkout", placement: "winback_offer", t: 100, source: "network", duration: 0.3))
+        #expect(try browser.waitFor("!(\(selected)).includes('stored') && document.querySelector('#waterfall g.wf-call[data-placement=\"winback_offer\"]') !== null", timeout: 30),
+                "the page loaded the run again from memory")
+        #expect(try browser.waitFor("Number(\(svg).dataset.axisMin) === 0 && document.querySelector('#waterfall-note').textContent.startsWith('zoomed') === false"),
+                "the zoom is gone from the view")
+        #expect(try browser.waitFor("document.querySelector('#trace-detail').hidden"), "the stored call is closed")
+        let hash = try browser.evaluate("location.hash").stringValue ?? ""
+        #expect(!hash.contains("zoom=") && !hash.contains("call=") && hash.contains("run=test%3Acheckout"), "the URL says the view: \(hash)")
+        #expect(try browser.evaluate("history.length").numberValue == entries, "the URL was replaced, not a new history entry")
+
+        // The URL reproduces the view: a page opened on it shows the same axis.
+        let axis = "JSON.stringify([Number(\(svg).dataset.axisMin), Number(\(svg).dataset.axisMax)])"
+        let shown = try browser.evaluate(axis).stringValue ?? ""
+        let other = try DevToolsBrowser(executable: chromium.path)
+        defer { other.close() }
+        try other.open(try browser.evaluate("location.href").stringValue ?? "")
+        let same = try other.waitFor("document.body.dataset.ready === 'true' && document.querySelector('#waterfall g.wf-call[data-placement=\"winback_offer\"]') !== null && \(axis) === \(JSONValue.string(shown).jsonText)")
+        #expect(same, "the link reopens the view: axis \(shown)")
+        #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
+    }
 }

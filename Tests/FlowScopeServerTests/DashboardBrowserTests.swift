@@ -475,7 +475,7 @@ final class DevToolsBrowser {
         try mouse("mouseReleased", x: x, y: y)
     }
 
-    /// Presses and releases a key (`Tab`, `Escape`, `Enter`, `ArrowDown`, `+`, `-`, `0`), as a keyboard does.
+    /// Presses and releases a key (`Tab`, `Escape`, `Enter`, `ArrowDown`, `+`, `-`, `0`, `" "` for Space), as a keyboard does.
     func press(_ key: String) throws {
         let codes: [String: Double] = ["Tab": 9, "Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38, "Home": 36, "End": 35]
         var params: [String: JSONValue] = ["type": "rawKeyDown", "key": .string(key), "code": .string(key),
@@ -483,7 +483,7 @@ final class DevToolsBrowser {
         if key == "Enter" { params["text"] = "\r" }
         if key == "Enter" { params["type"] = "keyDown" }
         // Characters typed: their key code and text (`+` as the `=`/`+` key, `-`, digits).
-        let characters: [String: (code: String, keyCode: Double)] = ["+": ("Equal", 187), "-": ("Minus", 189), "0": ("Digit0", 48)]
+        let characters: [String: (code: String, keyCode: Double)] = ["+": ("Equal", 187), "-": ("Minus", 189), "0": ("Digit0", 48), " ": ("Space", 32)]
         if let c = characters[key] {
             params["type"] = "keyDown"; params["text"] = .string(key)
             params["code"] = .string(c.code); params["windowsVirtualKeyCode"] = .number(c.keyCode)
@@ -492,6 +492,16 @@ final class DevToolsBrowser {
         params["type"] = "keyUp"
         params["text"] = nil
         _ = try command("Input.dispatchKeyEvent", params)
+    }
+
+    /// The role and accessible name Chromium computes for the first element matching `selector`, or nil.
+    func accessibility(_ selector: String) throws -> (role: String, name: String)? {
+        guard let root = try command("DOM.getDocument", ["depth": 0])["root"]?["nodeId"] else { return nil }
+        let node = try command("DOM.querySelector", ["nodeId": root, "selector": .string(selector)])["nodeId"]
+        guard let node, node.numberValue != 0 else { return nil }
+        let tree = try command("Accessibility.getPartialAXTree", ["nodeId": node, "fetchRelatives": false])
+        guard let ax = tree["nodes"]?.arrayValue?.first else { return nil }
+        return (ax["role"]?["value"]?.stringValue ?? "", ax["name"]?["value"]?.stringValue ?? "")
     }
 
     func close() {

@@ -14,11 +14,14 @@ export function percentile(sorted, p) {
 
 /**
  * Draws `samples` ([{duration, source, trace, placement}]) into `container`; returns {p50, p95, count, bins}.
- * With `onBin`, the bins are a listbox with one tab stop (`current`, a bin's index): a click, Enter or
- * Space calls `onBin(bin)` with `{index, lo, hi, last, samples}` (the bin holds lo <= duration < hi; the
- * last bin also every longer one), arrow keys move between bins.
+ * With `onBin`, the bins are a listbox with one tab stop (`current`, a bin's index; else the bin where
+ * `listed` starts): a click, Enter or Space calls `onBin(bin)` with `{index, lo, hi, last, samples}` (the
+ * bin holds lo <= duration < hi; the last bin also every longer one), arrow keys move between bins.
+ * `listed` ({lo, hi, last}, seconds) is the range whose calls are listed: it is highlighted as a range of
+ * time, not as a bar, so that it stays where it is when new samples change the bins (see markListedRange);
+ * the axis reaches at least its end.
  */
-export function renderHistogram(container, samples, { onBin, current, open, axisTitle = 'fetch.end duration' } = {}) {
+export function renderHistogram(container, samples, { onBin, current, listed = null, axisTitle = 'fetch.end duration' } = {}) {
   clear(container);
   if (!samples.length) return { p50: null, p95: null, count: 0, bins: [] };
   const width = Math.max(container.clientWidth || 480, 320);
@@ -32,7 +35,10 @@ export function renderHistogram(container, samples, { onBin, current, open, axis
   const plotH = height - PAD.top - PAD.bottom;
   // A long tail would squash the body: past 2 × p95 the axis stops and the rest is counted in the last bin.
   const domain = max > p95 * 2.5 ? p95 * 2 : max;
-  const xt = ticks(Math.max(domain, 0.01), Math.max(3, Math.floor(plotW / 80)));
+  const tickTarget = Math.max(3, Math.floor(plotW / 80));
+  let xt = ticks(Math.max(domain, 0.01), tickTarget);
+  // The listed range stays on the axis, however the new samples moved it.
+  if (listed && listed.hi > xt[xt.length - 1] * (1 + 1e-9)) xt = ticks(listed.hi, tickTarget);
   const xMax = xt[xt.length - 1];
   const binCount = Math.min(60, Math.max(12, Math.floor(plotW / 14)));
   const binW = xMax / binCount;
@@ -60,10 +66,12 @@ export function renderHistogram(container, samples, { onBin, current, open, axis
 
   const interactive = Boolean(onBin);
   const filled = bins.filter((b) => b.total > 0);
-  const tabStop = interactive ? (filled.find((b) => b.index === current) ?? filled[0])?.index : null;
+  const startsListed = (b) => listed && b.lo <= listed.lo + 1e-12 && (b.last || listed.lo < b.hi - 1e-12);
+  const tabStop = interactive ? (filled.find((b) => b.index === current) ?? filled.find(startsListed) ?? filled[0])?.index : null;
   const root = svg('svg', {
     class: 'chart histogram', width, height, viewBox: `0 0 ${width} ${height}`, role: interactive ? 'listbox' : 'img',
     'aria-label': `Histogram of ${samples.length} call durations; p50 ${fmt.duration(p50)}, p95 ${fmt.duration(p95)}, max ${fmt.duration(max)}${interactive ? '; Enter on a bar lists its calls' : ''}`,
+    'data-x-max': xMax, 'data-plot-left': PAD.left, 'data-plot-width': plotW, 'data-plot-top': PAD.top, 'data-plot-height': plotH,
   });
   const axes = svg('g', { class: 'grid-lines' });
   for (const v of yt) {
@@ -85,9 +93,9 @@ export function renderHistogram(container, samples, { onBin, current, open, axis
     const w = Math.max(x((i + 1) * binW) - x(i * binW) - 2, 1);
     let acc = 0;
     const g = svg('g', {
-      class: `bin${open === i ? ' open' : ''}`, 'data-index': i, 'data-count': b.total, 'data-lo': b.lo, 'data-hi': b.last ? null : b.hi,
+      class: 'bin', 'data-index': i, 'data-count': b.total, 'data-lo': b.lo, 'data-hi': b.last ? null : b.hi,
       role: interactive ? 'option' : null, tabindex: interactive ? (i === tabStop ? 0 : -1) : null,
-      'aria-selected': interactive ? String(open === i) : null,
+      'aria-selected': interactive ? 'false' : null,
     });
     // A hit area the height of the plot, so that a short bar is as easy to click as a tall one.
     if (interactive) g.appendChild(svg('rect', { x: x0, y: PAD.top, width: w, height: plotH, class: 'bin-hit' }));
@@ -142,5 +150,38 @@ export function renderHistogram(container, samples, { onBin, current, open, axis
       `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`));
   }
   container.appendChild(root);
+  markListedRange(root, listed);
   return { p50, p95, count: samples.length, bins };
+}
+
+/**
+ * Highlights the listed range `listed` ({lo, hi, last}: lo <= duration < hi, or every duration from lo
+ * when `last`) on a drawn histogram, without redrawing it: a band over exactly that span of the axis
+ * (`.listed-range[data-lo][data-hi]`, behind the bars). The bar whose edges are the range's (the chart
+ * not rescaled since) is the selected option. Null removes the highlight.
+ */
+export function markListedRange(root, listed) {
+  if (!root) return;
+  root.querySelector('.listed-range')?.remove();
+  const near = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(a), Math.abs(b));
+  for (const g of root.querySelectorAll('g.bin')) {
+    const on = Boolean(listed) && near(Number(g.dataset.lo), listed.lo)
+      && (listed.last ? g.dataset.hi === undefined : g.dataset.hi !== undefined && near(Number(g.dataset.hi), listed.hi));
+    g.classList.toggle('open', on);
+    if (g.hasAttribute('aria-selected')) g.setAttribute('aria-selected', String(on));
+  }
+  if (!listed) return;
+  const xMax = Number(root.dataset.xMax);
+  const left = Number(root.dataset.plotLeft);
+  const plotW = Number(root.dataset.plotWidth);
+  const x = (v) => left + (Math.min(Math.max(v, 0), xMax) / xMax) * plotW;
+  const x0 = x(listed.lo);
+  const x1 = listed.last ? left + plotW : x(listed.hi);
+  const range = listed.last ? `${fmt.duration(listed.lo)} or longer` : `${fmt.duration(listed.lo)} to ${fmt.duration(listed.hi)}`;
+  const band = svg('rect', {
+    x: x0, y: Number(root.dataset.plotTop), width: Math.max(x1 - x0, 1), height: Number(root.dataset.plotHeight),
+    class: 'listed-range', 'data-lo': listed.lo, 'data-hi': listed.last ? null : listed.hi, 'aria-hidden': 'true',
+  });
+  tooltip(band, `Listed below: the calls of ${range}`);
+  root.insertBefore(band, root.querySelector('g.bars'));
 }
