@@ -103,24 +103,30 @@ public struct AudiencePayload: Sendable, Hashable {
             self.placementId = placementId; self.audienceName = audienceName
             self.audienceVersionId = audienceVersionId; self.variations = variations
         }
+        /// A copy with the given fields changed.
+        func with(placementId: String? = nil, audienceName: String? = nil, audienceVersionId: String? = nil,
+                  variations: [Variation]? = nil) -> Fields {
+            Fields(placementId: placementId ?? self.placementId, audienceName: audienceName ?? self.audienceName,
+                   audienceVersionId: audienceVersionId ?? self.audienceVersionId, variations: variations ?? self.variations)
+        }
     }
     private var fields: Fields
 
     public var placementId: String {
         get { fields.placementId }
-        set { fields = Fields(placementId: newValue, audienceName: audienceName, audienceVersionId: audienceVersionId, variations: variations) }
+        set { fields = fields.with(placementId: newValue) }
     }
     public var audienceName: String {
         get { fields.audienceName }
-        set { fields = Fields(placementId: placementId, audienceName: newValue, audienceVersionId: audienceVersionId, variations: variations) }
+        set { fields = fields.with(audienceName: newValue) }
     }
     public var audienceVersionId: String {
         get { fields.audienceVersionId }
-        set { fields = Fields(placementId: placementId, audienceName: audienceName, audienceVersionId: newValue, variations: variations) }
+        set { fields = fields.with(audienceVersionId: newValue) }
     }
     public var variations: [Variation] {
         get { fields.variations }
-        set { fields = Fields(placementId: placementId, audienceName: audienceName, audienceVersionId: audienceVersionId, variations: newValue) }
+        set { fields = fields.with(variations: newValue) }
     }
 
     public init(placementId: String, audienceName: String, audienceVersionId: String, variations: [Variation]) {

@@ -294,13 +294,16 @@ struct DashboardBrowserFilterTests {
                 "the 7 calls of 0.16 s or more and the long one, on the fitted axis")
         #expect(try browser.evaluate("document.querySelector('#app-error').hidden") == .bool(true))
     }
+    /// Ten calls of 0.1-0.28 s in run test:zoom, one a second: the zoom tests' run.
+    static let zoomRun: [JSONValue] = (0..<10).flatMap { i in
+        DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02)
+    }
+
     @Test("the zoom is in the URL: a link reopens the waterfall zoomed, + and - zoom from the keyboard, Back undoes a zoom, Reset zoom removes it")
     func zoomInURLAndKeyboard() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         let stack = try DashboardStack()
-        var events: [JSONValue] = []
-        for i in 0..<10 { events += DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02) }
-        _ = try stack.ingest(events)
+        _ = try stack.ingest(Self.zoomRun)
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
         defer { browser.close() }
         let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
@@ -377,9 +380,7 @@ struct DashboardBrowserFilterTests {
     func zoomButtons() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         let stack = try DashboardStack()
-        var events: [JSONValue] = []
-        for i in 0..<10 { events += DemoCalls.call(run: "test:zoom", placement: "quick_\(i)", t: Double(i), source: "network", duration: 0.1 + Double(i) * 0.02) }
-        _ = try stack.ingest(events)
+        _ = try stack.ingest(Self.zoomRun)
         // One page zoomed from the keyboard on a row, one with the buttons; live traffic of another run meanwhile.
         let keys = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
         defer { keys.close() }

@@ -22,6 +22,17 @@ private func waitForRun(_ stack: DashboardStack, _ run: String, events: Int) thr
     throw ClientError("\(run) never had \(events) events; last /api/runs: \(last)")
 }
 
+/// Stores `sample` through a server on the sqlite file `path`, stops that server once `run` is
+/// listed with all of it, and starts a second server on the same file. Returns the second server
+/// and how many events the first accepted.
+private func restartedOnStoredRun(_ sample: [JSONValue], _ run: String, path: String) throws -> (stack: DashboardStack, ingested: Int) {
+    let first = try storedStack(path)
+    let ingested = try first.ingest(sample)
+    try waitForRun(first, run, events: sample.count)
+    first.stop()
+    return (try storedStack(path), ingested)
+}
+
 /// The dashboard after a restart of its server on the same sqlite file, in headless Chromium.
 @Suite("Dashboard in a real browser: stored runs", .serialized)
 struct DashboardBrowserStoredRunsTests {
@@ -34,14 +45,8 @@ struct DashboardBrowserStoredRunsTests {
         let dir = makeTemporaryDirectory()
         defer { removeDirectory(dir) }
         let sample = DemoCalls.sample(run: "test:checkout")
-        do {
-            let first = try storedStack(dir + "/events.sqlite")
-            #expect(try first.ingest(sample) == sample.count)
-            try waitForRun(first, "test:checkout", events: sample.count)
-            first.stop()
-        }
-
-        let second = try storedStack(dir + "/events.sqlite")
+        let (second, ingested) = try restartedOnStoredRun(sample, "test:checkout", path: dir + "/events.sqlite")
+        #expect(ingested == sample.count)
         let dom = try chromium.dumpDOM(url: "\(second.baseURL)/?stream=off#run=test%3Acheckout")
         #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
         let option = try #require(HTMLSlice.element(in: dom, startingWith: "<option value=\"test:checkout\""))
@@ -65,13 +70,7 @@ struct DashboardBrowserStoredRunsTests {
         let dir = makeTemporaryDirectory()
         defer { removeDirectory(dir) }
         let sample = DemoCalls.sample(run: "test:checkout")
-        do {
-            let first = try storedStack(dir + "/events.sqlite")
-            _ = try first.ingest(sample)
-            try waitForRun(first, "test:checkout", events: sample.count)
-            first.stop()
-        }
-        let second = try storedStack(dir + "/events.sqlite")
+        let second = try restartedOnStoredRun(sample, "test:checkout", path: dir + "/events.sqlite").stack
         let browser = try DevToolsBrowser(executable: chromium.path)
         defer { browser.close() }
         try browser.open("\(second.baseURL)/#run=test%3Acheckout")
@@ -105,13 +104,7 @@ struct DashboardBrowserStoredRunsTests {
         let dir = makeTemporaryDirectory()
         defer { removeDirectory(dir) }
         let sample = DemoCalls.sample(run: "test:checkout")
-        do {
-            let first = try storedStack(dir + "/events.sqlite")
-            _ = try first.ingest(sample)
-            try waitForRun(first, "test:checkout", events: sample.count)
-            first.stop()
-        }
-        let second = try storedStack(dir + "/events.sqlite")
+        let second = try restartedOnStoredRun(sample, "test:checkout", path: dir + "/events.sqlite").stack
         let browser = try DevToolsBrowser(executable: chromium.path)
         defer { browser.close() }
         try browser.open("\(second.baseURL)/#run=test%3Acheckout&zoom=0.05-0.2")
