@@ -378,7 +378,7 @@ public final class FlowEngine: CacheView {
     }
 
     private func giveBack(_ actions: inout [MachineAction]) {
-        actions.removeAll(keepingCapacity: true)
+        actions.clear()
         if spareActions.count < 8 { spareActions.append(actions) }
     }
 
@@ -576,7 +576,7 @@ public final class FlowEngine: CacheView {
     private func flushEvents() {
         guard !pendingEvents.isEmpty else { return }
         events.receive(contentsOf: pendingEvents)
-        pendingEvents.removeAll(keepingCapacity: true)
+        pendingEvents.clear()
     }
 }
 
@@ -602,7 +602,7 @@ private struct Owned {
     }
 
     /// Removes every entry, keeping the storage.
-    mutating func removeAll() { entries.removeAll(keepingCapacity: true) }
+    mutating func removeAll() { entries.clear() }
 
     /// Removes the entry of `kind` with `tag`; returns its id.
     mutating func remove(_ kind: Kind, tag: Int) -> Int? {

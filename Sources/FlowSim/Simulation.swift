@@ -322,10 +322,10 @@ final class SessionWorld: EngineHost {
         attributionAt = EngineTime(seconds: plan.attributionAt)
         queue.reset()
         network = SimulationRandom(seed: plan.networkSeed)
-        ops.removeAll(keepingCapacity: true)
-        pending.removeAll(keepingCapacity: true)
-        results.removeAll(keepingCapacity: true)
-        results.append(contentsOf: repeatElement(nil, count: plan.needs.count))
+        ops.clear()
+        pending.clear()
+        results.clear()
+        for _ in plan.needs.indices { results.append(nil) }
         requests = 0
         calls = 0
         starting = nil

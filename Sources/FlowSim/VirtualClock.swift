@@ -19,9 +19,9 @@ public struct EventQueue<Item>: ~Copyable {
 
     /// Empties the queue and sets the clock back to 0, keeping its storage for the next run.
     public mutating func reset() {
-        heap.removeAll(keepingCapacity: true)
-        slots.removeAll(keepingCapacity: true)
-        free.removeAll(keepingCapacity: true)
+        heap.clear()
+        slots.clear()
+        free.clear()
         seq = 0
         now = .zero
     }
