@@ -146,8 +146,23 @@ struct SimulationStore: Sendable {
     /// Saves a run summary as `<directory>/<id>.json`.
     func save(id: String, summary: JSONValue) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try Data(summary.jsonText.utf8).write(to: URL(fileURLWithPath: file(of: id)), options: .atomic)
+    }
+
+    /// `id`, or `id-2`, `id-3`, ... when a run is already saved under it (two runs in the same second
+    /// with the same seed), so that a run never replaces another.
+    func unusedID(_ id: String) -> String {
+        var candidate = id, n = 1
+        while FileManager.default.fileExists(atPath: file(of: candidate)) {
+            n += 1
+            candidate = "\(id)-\(n)"
+        }
+        return candidate
+    }
+
+    private func file(of id: String) -> String {
         let safe = String(id.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == ":" || $0 == "_" ? $0 : "_" })
-        try Data(summary.jsonText.utf8).write(to: URL(fileURLWithPath: "\(directory)/\(safe).json"), options: .atomic)
+        return "\(directory)/\(safe).json"
     }
 
     /// The saved runs, newest first (at most 50 are listed).
@@ -160,7 +175,14 @@ struct SimulationStore: Sendable {
         return SimulationRuns(
             list: {
                 let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".json") }
-                return files.sorted().reversed().prefix(50).compactMap { file -> JSONValue? in
+                // Newest first: by the time the file was written, then by name (ids start with their time).
+                let written = { (file: String) -> Date in
+                    let attributes = try? FileManager.default.attributesOfItem(atPath: "\(directory)/\(file)")
+                    return attributes?[.modificationDate] as? Date ?? .distantPast
+                }
+                let newestFirst = files.map { (file: $0, at: written($0)) }
+                    .sorted { $0.at != $1.at ? $0.at > $1.at : $0.file > $1.file }.map(\.file)
+                return newestFirst.prefix(50).compactMap { file -> JSONValue? in
                     guard case .object(var o)? = load(file) else { return nil }
                     o["strategies"] = nil
                     o["kind"] = "simulation"

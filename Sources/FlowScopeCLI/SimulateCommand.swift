@@ -7,18 +7,19 @@ import Synchronization
 import Glibc
 #endif
 
-/// The default config file, read when it exists and no --config is given.
+/// The repository's config file, which the defaults embedded in the binary are identical to.
 let defaultConfigPath = "config/flowscope.json5"
 
 let simulateCommand = Command(spec: CommandSpec(
     name: "simulate", summary: "The strategy lab: compares flow-fetch strategies over simulated sessions.",
-    usage: "simulate [--config F] [--sessions N] [--seed N] [--json] [--out DIR] [--threads N] [--from SOURCE [--ca FILE] [--token T]] [--sweep NAME=FROM:TO:STEP] [--max-p95 S]",
-    options: [.init("config", value: "F", "config file whose `simulate` section gives the population and strategies (default \(defaultConfigPath) if present, else built in)"),
+    usage: "simulate [--config F] [--sessions N] [--seed N] [--json] [--out DIR] [--threads N] [--state-dir D] [--from SOURCE [--ca FILE] [--token T]] [--sweep NAME=FROM:TO:STEP] [--max-p95 S]",
+    options: [.init("config", value: "F", "config file whose `simulate` section gives the population and strategies (default: the built-in one, identical to the repository's \(defaultConfigPath))"),
               .init("sessions", value: "N", "sessions to simulate (default: the config's, 20000)"),
               .init("seed", value: "N", "random seed (default: the config's, 1); same seed, same numbers"),
               .init("json", "print the result as JSON"),
               .init("out", value: "DIR", "also write DIR/simulate.json and DIR/report.html"),
               .init("threads", value: "N", "worker threads (default: every core); the numbers do not depend on it"),
+              .init("state-dir", value: "D", "where the run is saved for the dashboard, as D/simulations/ (default: the config's server.stateDir, .flowscope)"),
               .init("from", value: "SOURCE", "fit the population's network to recorded events: a JSON Lines trace, an sqlite sink file, or https://HOST:PORT/api/events"),
               .init("ca", value: "FILE", "with --from https://...: the PEM CA file that signed the server's certificate"),
               .init("token", value: "T", "with --from https://...: a bearer token to send"),
@@ -53,11 +54,12 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
         guard let v = UInt64(text) else { return usage("--seed expects a non-negative integer, got \(text)") }
         seed = v
     }
-    let config: SimulationConfig
-    switch loadSimulationConfig(path: args.value("config")) {
-    case .success(let c): config = c
-    case .failure(let error): return usage(error.message)
+    guard let file = FlowScopeConfig.load(args.value("config"), flag: "--config", command: "simulate", io: io) else {
+        return ExitStatus.usage
     }
+    let config = file.simulate
+    if let d = args.value("state-dir"), d.isEmpty { return usage("--state-dir expects a directory") }
+    let stateDir = args.value("state-dir") ?? file.server.stateDir
 
     var sweep: SweepParameter?
     if let text = args.value("sweep") {
@@ -115,42 +117,26 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
         }
     }
     // Every run is kept in the state directory, where `flowscope serve` lists it as a dashboard run.
-    let runID = "sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)"
-    let saved = (try? SimulationStore(directory: ".flowscope/simulations").save(id: runID, summary: lab.runSummary(id: runID))) != nil
+    let store = SimulationStore(directory: stateDir + "/simulations")
+    let runID = store.unusedID("sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)")
+    var saved = false
+    do {
+        try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try store.save(id: runID, summary: lab.runSummary(id: runID))
+        saved = true
+    } catch {
+        io.err("flowscope simulate: warning: \(store.directory): cannot save the run for the dashboard: \(error.localizedDescription)\n")
+    }
     if json {
         io.out(lab.json.jsonText + "\n")
     } else {
         let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
         io.out(lab.table(color: color))
         if let (_, prefix) = out { io.out("wrote \(prefix)simulate.json and \(prefix)report.html\n") }
-        if saved { io.out("saved as dashboard run \(runID) (.flowscope/simulations)\n") }
+        if saved { io.out("saved as dashboard run \(runID) (\(store.directory))\n") }
     }
     return ExitStatus.success
-}
-
-/// Reads the `simulate` section of a config file: the given path, else config/flowscope.json5 when
-/// it exists, else the built-in config. An error is one line naming the file and JSON path.
-func loadSimulationConfig(path: String?) -> Result<SimulationConfig, SimulateConfigError> {
-    let file = path ?? defaultConfigPath
-    guard let data = FileManager.default.contents(atPath: file) else {
-        if path == nil { return .success(.standard) }
-        return .failure(SimulateConfigError(message: "--config \(file): cannot read the file"))
-    }
-    guard let text = String(bytes: data, encoding: .utf8) else {
-        return .failure(SimulateConfigError(message: "\(file): $: the file is not UTF-8 text"))
-    }
-    do throws(JSONInputError) {
-        let root = try JSONCursor(try JSON5.parse(text)).object()
-        guard let section = root.optional("simulate") else { return .success(.standard) }
-        return .success(try SimulationConfig.decode(section))
-    } catch {
-        return .failure(SimulateConfigError(message: error.inFile(file).description))
-    }
-}
-
-/// A config that cannot be used, with the one line to print.
-struct SimulateConfigError: Error {
-    var message: String
 }
 
 /// A progress bar on stderr: done/total, rate and ETA, redrawn at most ten times a second.

@@ -125,6 +125,53 @@ struct BinaryRunAnywhereRealTimeTests {
         #expect(serve.stdout.contains("stopped; events flushed\n"))
     }
 
+    @Test("simulate from any directory: the built-in config unless --config; runs saved under server.stateDir (mode 0700) or --state-dir, never replacing one another, listed by serve")
+    func simulateStateDirectory() async throws {
+        let dir = makeTemporaryDirectory("simstate")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        func simulate(_ arguments: [String]) async throws -> (out: String, saved: (id: String, in: String)?) {
+            let run = try RunningFlowScope(binary, ["simulate", "--sessions", "20", "--threads", "1"] + arguments, in: dir)
+            let end = await run.exit(within: 60)
+            #expect(end?.reason == .exit && end?.status == 0, "\(arguments): \(run.stderr)")
+            let saved = run.stdout.firstMatch(of: /saved as dashboard run (\S+) \((.+)\)\n/).map { (String($0.1), String($0.2)) }
+            return (run.stdout, saved)
+        }
+        // A config/flowscope.json5 in the working directory is not read without --config.
+        try FileManager.default.createDirectory(atPath: dir + "/config", withIntermediateDirectories: true)
+        try write(#"{ simulate: { strategies: [ { name: "from the working directory", orDefault: { timeout: 3 } } ] } }"#,
+                  to: dir + "/config/flowscope.json5")
+        let plain = try await simulate([])
+        #expect(!plain.out.contains("from the working directory") && plain.out.contains("naive: getFlow at launch"), "\(plain.out)")
+        #expect(plain.saved?.in == ".flowscope/simulations", "\(plain.out)")
+        #expect(try mode(dir + "/.flowscope") == 0o700)
+        let flag = try await simulate(["--state-dir", dir + "/flagged"])
+        #expect(flag.saved?.in == dir + "/flagged/simulations", "\(flag.out)")
+        #expect(try mode(dir + "/flagged") == 0o700)
+
+        // server.stateDir of the config given, relative to the config file; the same seed twice.
+        try FileManager.default.createDirectory(atPath: dir + "/conf", withIntermediateDirectories: true)
+        try write(#"{ server: { stateDir: "state" }, simulate: { strategies: [ { name: "from --config", orDefault: { timeout: 3 } } ] } }"#,
+                  to: dir + "/conf/c.json5")
+        let first = try await simulate(["--config", dir + "/conf/c.json5", "--seed", "5"])
+        let second = try await simulate(["--config", dir + "/conf/c.json5", "--seed", "5"])
+        #expect(first.out.contains("from --config"), "\(first.out)")
+        let ids = [first.saved?.id, second.saved?.id].compactMap { $0 }
+        #expect(ids.count == 2 && ids[0] != ids[1], "\(ids)")
+        #expect(first.saved.map { standardized($0.in) } == standardized(dir + "/conf/state/simulations"), "\(first.out)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir + "/conf/state/simulations").count == 2)
+        #expect(try mode(dir + "/conf/state") == 0o700)
+
+        let serve = try RunningFlowScope(binary, ["serve", "--config", dir + "/conf/c.json5", "--port", "0", "--no-demo"], in: dir)
+        #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "\(serve.stdout) \(serve.stderr)")
+        let port = try #require(serve.stdout.firstMatch(of: /serving https:\/\/localhost:(\d+)\//).flatMap { Int($0.1) }, "\(serve.stdout)")
+        let runs = try JSON5.parse(try TestConnection(port: port).request("GET", "/api/runs").text)["runs"]?.arrayValue ?? []
+        let listed = Set(runs.compactMap { $0["id"]?.stringValue })
+        #expect(listed.isSuperset(of: ids), "\(listed)")
+        kill(serve.pid, SIGINT)
+        #expect(await serve.exit(within: 15)?.status == 0)
+    }
+
     @Test("two SIGINTs back to back: serve exits 0 or 130, ten times out of ten, never a crash")
     func doubleInterruptServe() async throws {
         let dir = makeTemporaryDirectory("sigint")
@@ -257,4 +304,13 @@ func renderedDashboard(port: Int) throws -> String {
     ], timeout: 90)
     guard result.status == 0 else { throw ClientError("chromium exited with \(result.status): \(result.err.suffix(300))") }
     return result.out
+}
+
+/// `path` without `//` or `.` components.
+private func standardized(_ path: String) -> String { URL(fileURLWithPath: path).standardizedFileURL.path }
+
+/// The permission bits of a file or directory.
+private func mode(_ path: String) throws -> Int {
+    let attributes = try FileManager.default.attributesOfItem(atPath: path)
+    return (attributes[.posixPermissions] as? Int ?? -1) & 0o777
 }
