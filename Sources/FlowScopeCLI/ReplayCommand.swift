@@ -6,7 +6,7 @@ import Foundation
 
 let replayCommand = Command(spec: CommandSpec(
     name: "replay", summary: "Prints a trace file (JSON Lines of event envelopes) as a timeline.",
-    usage: "replay TRACE.jsonl [--serve] [--config F] [--port N]",
+    usage: "replay TRACE.jsonl [--events] [--serve] [--config F] [--port N]",
     options: [.init("events", "also print every event under its call"),
               .init("serve", "load the trace into the dashboard instead: serves it like `flowscope serve --no-demo`"),
               .init("config", value: "F", "with --serve: config file (default: the built-in one)"),

@@ -23,6 +23,8 @@ let serveCommand = Command(spec: CommandSpec(
     from any directory. It checks what `check-config` checks before creating anything.
     The first SIGINT or SIGTERM stops it cleanly: every sink is drained and flushed, within
     server.shutdownTimeout (default 10 s). A second one exits at once with status 130.
+    FLOWSCOPE_DEBUG_HTTP=1 also prints libmicrohttpd's messages about clients that disconnect or fail
+    the TLS handshake (an event stream closed, a client that rejects the certificate).
     """
 )) { args, io in
     // Flags first: a bad flag is reported before anything in the config.
@@ -48,6 +50,7 @@ let serveCommand = Command(spec: CommandSpec(
     overrides.noDemo = args.flag("no-demo")
     overrides.insecureHTTP = args.flag("insecure-http")
     overrides.log = { message in io.err("flowscope serve: \(message)\n") }
+    overrides.logClientErrors = ProcessInfo.processInfo.environment["FLOWSCOPE_DEBUG_HTTP"] == "1"
     let stack: ServeStack
     do throws(ServeStack.StartError) {
         stack = try ServeStack(config: config, overrides: overrides)

@@ -33,6 +33,9 @@ final class ServeStack: Sendable {
         var noDemo = false
         var insecureHTTP = false
         var log: @Sendable (String) -> Void = { _ in }
+        /// `FLOWSCOPE_DEBUG_HTTP=1`: `log` also gets libmicrohttpd's messages about clients that
+        /// disconnect or fail the TLS handshake.
+        var logClientErrors = false
     }
 
     /// A problem that stops the server from starting: one line to print.
@@ -111,7 +114,7 @@ final class ServeStack: Sendable {
                                   connectionTimeoutSeconds: config.server.connectionTimeout)
         let serverConfig = ServerConfig(bind: overrides.bind ?? config.server.bind, port: overrides.port ?? config.server.port,
                                         tls: tls, insecureHTTP: overrides.insecureHTTP, token: token, limits: limits,
-                                        log: overrides.log)
+                                        log: overrides.log, logClientErrors: overrides.logClientErrors)
         do {
             server = try HTTPSServer(config: serverConfig, router: router)
             try server.start()

@@ -111,6 +111,10 @@ public final class HTTPSServer: Sendable {
     /// Event-stream clients connected to this server now.
     public var eventStreamClients: Int { context.streamCount }
 
+    /// libmicrohttpd's messages about a connection that its client ended or broke (see
+    /// `ServerConfig.logClientErrors`) since the server started, logged or not.
+    public var clientErrors: Int { context.clientErrors.load(ordering: .relaxed) }
+
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
 
@@ -244,6 +248,9 @@ final class ServerContext: Sendable {
     let policy: AccessPolicy
     let maxBodyBytes: Int
     let log: @Sendable (String) -> Void
+    let logClientErrors: Bool
+    /// libmicrohttpd's messages about a connection its client ended or broke, logged or not.
+    let clientErrors = Atomic<Int>(0)
     let stopping = Atomic<Bool>(false)
     let liveRequests = Atomic<Int>(0)
     /// Response bodies lent to libmicrohttpd and not yet given back (see `ResponseBody`).
@@ -271,6 +278,7 @@ final class ServerContext: Sendable {
         policy = config.accessPolicy
         maxBodyBytes = config.limits.maxBodyBytes
         log = config.log
+        logClientErrors = config.logClientErrors
         handshake = config.insecureHTTP ? nil : HandshakeDeadline(connectionTimeoutSeconds: config.limits.connectionTimeoutSeconds)
     }
 
@@ -283,7 +291,14 @@ final class ServerContext: Sendable {
     /// Passes a diagnostic on to `config.log`, folding repeats of the same line: within
     /// `logRepeatInterval` of its last write a repeat is only counted; the next line written says how
     /// many were folded.
+    ///
+    /// A message about one connection that its client ended or broke is only counted, unless
+    /// `ServerConfig.logClientErrors`.
     func record(log line: String) {
+        if MHDMessage.isClientError(line) {
+            clientErrors.add(1, ordering: .relaxed)
+            guard logClientErrors else { return }
+        }
         let now = ContinuousClock.now
         let (write, folded) = logState.withLock { state -> (Bool, Int) in
             defer { state.last = line }
@@ -542,6 +557,33 @@ private func mhdHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key: 
         collector.fields[name] = text
     }
     return .YES
+}
+
+/// What libmicrohttpd (0.9.7x) says about its connections.
+enum MHDMessage {
+    /// The starts of its messages about one connection that the client ended or broke: a TLS
+    /// handshake that failed (a client rejecting the certificate, plain HTTP sent to the TLS port), a
+    /// client gone while its response was being sent (an event stream closed) or while its request
+    /// was read, a malformed request that libmicrohttpd answered itself. Ordinary on any server; the
+    /// client sees the failure on its side.
+    static let clientErrorPrefixes = [
+        "Error: received handshake message out of context.",
+        "Failed to send data in request for ",
+        "Failed to send the response headers for the request for ",
+        "Failed to send the response body for the request for ",
+        "Failed to send the chunked response body for the request for ",
+        "Failed to send the footers for the request for ",
+        "Connection socket is closed when reading request due to the error: ",
+        "Connection was closed by remote side with incomplete request.",
+        "Error processing request (HTTP response code is ",
+        "Too large value of 'Content-Length' header.",
+        "Failed to parse `Content-Length' header.",
+    ]
+
+    /// Whether `line` is one of those messages.
+    static func isClientError(_ line: String) -> Bool {
+        clientErrorPrefixes.contains { line.hasPrefix($0) }
+    }
 }
 
 private func mhdLog(cls: UnsafeMutableRawPointer?, format: UnsafePointer<CChar>?, arguments: CVaListPointer?) {

@@ -28,6 +28,11 @@ public struct ServerConfig: Sendable {
     public var tlsPriorities: String
     /// Receives libmicrohttpd's own diagnostics (one line each). Default: dropped.
     public var log: @Sendable (String) -> Void
+    /// Whether `log` also receives libmicrohttpd's messages about one connection that its client ended
+    /// or broke: a failed TLS handshake (a client that rejects the certificate), a client gone while its
+    /// response was sent (an event stream closed) or its request read, a malformed request. Default
+    /// false: they are only counted (`HTTPSServer.clientErrors`).
+    public var logClientErrors: Bool
 
     /// The default GnuTLS priorities: TLS 1.3, and TLS 1.2 with ECDHE key exchange and AEAD ciphers
     /// (AES-GCM, ChaCha20-Poly1305) only: no CBC suites (LUCKY13), no static RSA, no finite-field DH.
@@ -39,7 +44,7 @@ public struct ServerConfig: Sendable {
     public init(bind: String = "127.0.0.1", port: Int = 8443, tls: TLSMaterial?, insecureHTTP: Bool = false,
                 token: AuthToken? = nil, limits: ServerLimits = ServerLimits(),
                 tlsPriorities: String = ServerConfig.defaultTLSPriorities,
-                log: @escaping @Sendable (String) -> Void = { _ in }) {
+                log: @escaping @Sendable (String) -> Void = { _ in }, logClientErrors: Bool = false) {
         self.bind = bind
         self.port = port
         self.tls = tls
@@ -48,6 +53,7 @@ public struct ServerConfig: Sendable {
         self.limits = limits
         self.tlsPriorities = tlsPriorities
         self.log = log
+        self.logClientErrors = logClientErrors
     }
 
     /// Who needs the token, decided by the bind address.

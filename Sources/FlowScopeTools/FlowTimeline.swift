@@ -16,7 +16,8 @@ public struct FlowTimeline: Sendable {
         public var outcome: String?
     }
 
-    /// One top-level call (getFlow, preloadFlows, ...) or engine-level activity (profile switch).
+    /// One top-level call (getFlow, preloadFlows, ...) or engine-level activity (attribution observed,
+    /// profile switch): the events of one trace. `isCall` tells them apart.
     public struct Call: Sendable {
         public var trace: TraceID
         /// `getFlow`, `preloadFlows`, ... (the `call` of fetch.start, or the first event's name).
@@ -29,7 +30,8 @@ public struct FlowTimeline: Sendable {
         public var requests: [Request]
         public var events: [EngineEvent]
 
-        /// `success`, `error`, or `pending` when the call has not ended.
+        /// `success`, `error`, or `pending` when the call has not ended (and for engine-level activity,
+        /// which has no end: see `isCall`).
         public var outcome: String {
             guard let end else { return "pending" }
             if end["errorCode"] != nil { return "error" }
@@ -46,6 +48,12 @@ public struct FlowTimeline: Sendable {
         public var timedOut: Bool { events.contains { $0.name == .timeout } }
         /// The `to` of each `fallback` event, in order.
         public var fallbacks: [String] { events.filter { $0.name == .fallback }.compactMap { $0.attrs["to"]?.stringValue } }
+        /// Whether this is a top-level call: its trace holds a fetch.start, fetch.end, preload.start or
+        /// preload.end (the dashboard's rule). Otherwise it is engine-level activity (attribution
+        /// observed, profile switch, the pipeline's sink.dropped), which has no end event.
+        public var isCall: Bool {
+            events.contains { e in e.name == .fetchStart || e.name == .fetchEnd || e.name == .preloadStart || e.name == .preloadEnd }
+        }
     }
 
     /// Calls in the order they started.
@@ -103,10 +111,22 @@ public struct FlowTimeline: Sendable {
     }
 
     /// A readable timeline; times are seconds since `origin` (the first event's time when nil).
+    /// A call is a line `start -> end  name placement  outcome  (N requests)` (`never` and `pending`
+    /// while it has not ended), then its requests and, with `events`, its events. Engine-level activity
+    /// is a line per event at its time, `t  name placement  attrs`, then its requests (a profile
+    /// fetch) and, with `events`, their events.
     public func text(origin: Double? = nil, events showEvents: Bool = true) -> String {
         let t0 = origin ?? calls.first?.startedAt ?? 0
         var out = ""
         for c in calls {
+            guard c.isCall else {
+                let own = c.events.filter { $0.name != .requestStart && $0.name != .requestEnd }
+                for e in own { out += "  \(fmt(e.t - t0))  \(e.name.rawValue)" + (e.placement.map { " \($0)" } ?? "") + attrsText(e, "  ") + "\n" }
+                if own.isEmpty { out += "  \(fmt(c.startedAt - t0))  requests of trace \(c.trace.hex), which has no call event\n" }
+                out += requestsText(c, t0)
+                if showEvents { out += eventsText(c.events.filter { $0.name == .requestStart || $0.name == .requestEnd }, t0) }
+                continue
+            }
             var line = "  \(fmt(c.startedAt - t0)) -> \(c.endedAt.map { fmt($0 - t0) } ?? "never")  \(c.name)"
             if let p = c.placement { line += " \(p)" }
             switch c.outcome {
@@ -118,49 +138,64 @@ public struct FlowTimeline: Sendable {
             default: line += "  pending"
             }
             out += line + "  (\(c.requests.count) request\(c.requests.count == 1 ? "" : "s"))\n"
-            for r in c.requests {
-                out += "        \(fmt(r.issuedAt - t0)) -> \(r.endedAt.map { fmt($0 - t0) } ?? "never")  \(r.kind)"
-                    + (r.placement.map { " \($0)" } ?? "") + "  \(r.outcome ?? "open")\n"
-            }
-            if showEvents {
-                for e in c.events {
-                    let attrs = e.attrs.keys.sorted().map { "\($0)=\(e.attrs[$0]!.jsonText)" }.joined(separator: " ")
-                    out += "          \(fmt(e.t - t0)) \(e.name.rawValue)" + (attrs.isEmpty ? "" : "  " + attrs) + "\n"
-                }
-            }
+            out += requestsText(c, t0)
+            if showEvents { out += eventsText(c.events, t0) }
         }
         return out.isEmpty ? "  (no events)\n" : out
     }
 
+    private func requestsText(_ c: Call, _ t0: Double) -> String {
+        var out = ""
+        for r in c.requests {
+            out += "        \(fmt(r.issuedAt - t0)) -> \(r.endedAt.map { fmt($0 - t0) } ?? "never")  \(r.kind)"
+                + (r.placement.map { " \($0)" } ?? "") + "  \(r.outcome ?? "open")\n"
+        }
+        return out
+    }
+
+    private func eventsText(_ events: [EngineEvent], _ t0: Double) -> String {
+        events.map { e in "          \(fmt(e.t - t0)) \(e.name.rawValue)" + attrsText(e, "  ") + "\n" }.joined()
+    }
+
+    /// `separator` then `k=v k=v`, keys sorted; empty without attributes.
+    private func attrsText(_ e: EngineEvent, _ separator: String) -> String {
+        let attrs = e.attrs.keys.sorted().map { "\($0)=\(e.attrs[$0]!.jsonText)" }.joined(separator: " ")
+        return attrs.isEmpty ? "" : separator + attrs
+    }
+
     /// The scenario-format.md JSON of these calls (times in seconds since `origin`, to the millisecond):
-    /// `{"results": [...], "requests": [...], "events": [...]}`, each entry with its `step` (the call's index).
+    /// `{"results": [...], "requests": [...], "events": [...]}`, each entry with its `step` (the call's
+    /// index among the calls). Engine-level activity has no result; its requests and events have step null.
     public func json(origin: Double? = nil) -> [String: JSONValue] {
         let t0 = origin ?? calls.first?.startedAt ?? 0
         func ms(_ t: Double) -> JSONValue { .number(((t - t0) * 1000).rounded() / 1000) }
         var results: [JSONValue] = [], requests: [JSONValue] = [], events: [JSONValue] = []
-        for (i, c) in calls.enumerated() {
-            var o: [String: JSONValue] = [
-                "step": .number(Double(i)), "call": .string(c.name), "placement": c.placement.map(JSONValue.string) ?? .null,
-                "outcome": .string(c.outcome), "startedAt": ms(c.startedAt), "completedAt": c.endedAt.map(ms) ?? .null,
-                "requests": .number(Double(c.requests.filter { $0.kind != "asset" }.count)), "error": .null,
-            ]
-            if let s = c.source {
-                o["source"] = .string(s.rawValue)
-                o["variation"] = c.variation.map(JSONValue.string) ?? .null
-                o["audience"] = c.audience.map(JSONValue.string) ?? .null
-                o["targetingLost"] = c.targetingLost.map(JSONValue.bool) ?? .null
+        for c in calls {
+            let step: JSONValue = c.isCall ? .number(Double(results.count)) : .null
+            if c.isCall {
+                var o: [String: JSONValue] = [
+                    "step": step, "call": .string(c.name), "placement": c.placement.map(JSONValue.string) ?? .null,
+                    "outcome": .string(c.outcome), "startedAt": ms(c.startedAt), "completedAt": c.endedAt.map(ms) ?? .null,
+                    "requests": .number(Double(c.requests.filter { $0.kind != "asset" }.count)), "error": .null,
+                ]
+                if let s = c.source {
+                    o["source"] = .string(s.rawValue)
+                    o["variation"] = c.variation.map(JSONValue.string) ?? .null
+                    o["audience"] = c.audience.map(JSONValue.string) ?? .null
+                    o["targetingLost"] = c.targetingLost.map(JSONValue.bool) ?? .null
+                }
+                if let code = c.errorCode {
+                    o["error"] = ["code": .number(Double(code)), "name": .string(FlowError.Code(rawValue: code)?.name ?? "unknown")]
+                }
+                results.append(.object(o))
             }
-            if let code = c.errorCode {
-                o["error"] = ["code": .number(Double(code)), "name": .string(FlowError.Code(rawValue: code)?.name ?? "unknown")]
-            }
-            results.append(.object(o))
             for r in c.requests {
-                requests.append(["step": .number(Double(i)), "placement": r.placement.map(JSONValue.string) ?? .null,
+                requests.append(["step": step, "placement": r.placement.map(JSONValue.string) ?? .null,
                                  "kind": .string(r.kind), "issuedAt": ms(r.issuedAt), "endedAt": r.endedAt.map(ms) ?? .null,
                                  "outcome": r.outcome.map(JSONValue.string) ?? .null])
             }
             for e in c.events {
-                events.append(["step": .number(Double(i)), "t": ms(e.t), "name": .string(e.name.rawValue),
+                events.append(["step": step, "t": ms(e.t), "name": .string(e.name.rawValue),
                                "placement": e.placement.map(JSONValue.string) ?? .null, "attrs": e.attrs.jsonValue])
             }
         }

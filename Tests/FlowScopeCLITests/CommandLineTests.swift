@@ -45,6 +45,15 @@ struct CommandLineTests {
         #expect(unknown.err == "flowscope help: unknown command \"bogus\"\n")
     }
 
+    @Test("each command's usage line names every option it lists, as docs/cli.md's synopsis does")
+    func usageNamesEveryOption() {
+        for command in commands {
+            for option in command.spec.options {
+                #expect(command.spec.usage.contains("--\(option.name)"), "usage of \(command.spec.name) lacks --\(option.name): \(command.spec.usage)")
+            }
+        }
+    }
+
     @Test("version and --version print the version")
     func version() async {
         for args in [["version"], ["--version"]] {

@@ -148,4 +148,57 @@ struct FetchCommandRealTimeTests {
         // --serve serves until stopped; a bad --port is refused before anything starts.
         #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--serve", "--port", "x"], output: Captured().output) == 2)
     }
+
+    @Test("replay shows engine-level events (attribution observed, profile switch) as one line at their time, not as calls that never end; a call in flight stays pending")
+    func replayEngineEvents() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-replay-engine-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        func line(_ seq: Int, _ t: Double, _ trace: String, _ span: String, _ name: String, _ placement: String?, _ attrs: String) -> String {
+            #"{"seq":\#(seq),"ts":"2026-12-02T10:11:12.000000Z","t":\#(t),"run":"live","trace":"\#(trace)","span":"\#(span)","name":"\#(name)","placement":\#(placement.map { "\"\($0)\"" } ?? "null"),"attrs":\#(attrs)}"#
+        }
+        let done = "0123456789abcdef0123456789abcde1", attribution = "0123456789abcdef0123456789abcde2"
+        let profile = "0123456789abcdef0123456789abcde3", inFlight = "0123456789abcdef0123456789abcde4"
+        let lines = [
+            line(1, 10, done, "0000000000000001", "fetch.start", "main", #"{"call":"getFlow","policy":"reloadRevalidatingCacheData","loadTimeout":3}"#),
+            line(2, 10, done, "0000000000000002", "request.start", "main", #"{"kind":"targeted","timeout":2.5}"#),
+            line(3, 10.2, done, "0000000000000002", "request.end", "main", #"{"kind":"targeted","outcome":"ok","status":200,"duration":0.2,"bytes":40}"#),
+            line(4, 10.2, done, "0000000000000001", "fetch.end", "main", #"{"call":"getFlow","source":"network","variation":"v-A","audience":"All Users","targetingLost":false,"duration":0.2}"#),
+            line(5, 10.534, attribution, "0000000000000003", "attribution.applied", nil, #"{"source":"appleAds","after":0.534}"#),
+            line(6, 11, profile, "0000000000000004", "profile.changed", nil, #"{"from":"u1","to":"u2"}"#),
+            line(7, 11, profile, "0000000000000005", "request.start", nil, #"{"kind":"profile","timeout":5}"#),
+            line(8, 11.1, profile, "0000000000000005", "request.end", nil, #"{"kind":"profile","outcome":"ok","status":200,"duration":0.1,"bytes":20}"#),
+            line(9, 12, inFlight, "0000000000000006", "fetch.start", "promo", #"{"call":"getFlow","policy":"reloadRevalidatingCacheData","loadTimeout":3}"#),
+            line(10, 12, inFlight, "0000000000000007", "request.start", "promo", #"{"kind":"targeted","timeout":2.5}"#),
+        ]
+        try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/t.jsonl", atomically: true, encoding: .utf8)
+        let io = Captured()
+        #expect(await CommandLine.run(["replay", dir + "/t.jsonl"], output: io.output) == 0)
+        let out = io.out.withLock { $0 }
+        #expect(out == """
+            run live  (10 events, from 2026-12-02T10:11:12.000000Z)
+              0.000s -> 0.200s  getFlow main  network v-A (All Users)  (1 request)
+                    0.000s -> 0.200s  targeted main  ok
+              0.534s  attribution.applied  after=0.534 source="appleAds"
+              1.000s  profile.changed  from="u1" to="u2"
+                    1.000s -> 1.100s  profile  ok
+              2.000s -> never  getFlow promo  pending  (1 request)
+                    2.000s -> never  targeted promo  open
+
+            """, "\(out)")
+        #expect(!out.contains("attribution.applied  pending") && !out.contains("profile.changed  pending"), "\(out)")
+
+        let events = Captured()
+        #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--events"], output: events.output) == 0)
+        let withEvents = events.out.withLock { $0 }
+        #expect(withEvents.contains("""
+              0.534s  attribution.applied  after=0.534 source="appleAds"
+              1.000s  profile.changed  from="u1" to="u2"
+                    1.000s -> 1.100s  profile  ok
+                      1.000s request.start  kind="profile" timeout=5
+                      1.100s request.end  bytes=20 duration=0.1 kind="profile" outcome="ok" status=200
+              2.000s -> never  getFlow promo  pending  (1 request)
+
+            """), "\(withEvents)")
+    }
 }

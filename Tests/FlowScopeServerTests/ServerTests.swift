@@ -235,6 +235,56 @@ struct ServerTests {
         #expect(try fixture.connect().request("GET", "/healthz").status == 200)
     }
 
+    @Test("a failed TLS handshake and a client leaving its event stream are counted, not logged, unless logClientErrors; the server keeps serving")
+    func clientErrorsNotLogged() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let tls = try TLSMaterial.loadOrCreate(stateDir: dir)
+        let hub = SSEHub(heartbeatInterval: .seconds(60))
+        var router = Router()
+        router.get("/api/events/stream") { _ in .eventStream(hub) }
+        func eventually(_ condition: () -> Bool) -> Bool {
+            let deadline = Date().addingTimeInterval(5)
+            while Date() < deadline, !condition() { usleep(1_000) }
+            return condition()
+        }
+        var published: UInt64 = 0
+        for logClientErrors in [false, true] {
+            let lines = Mutex<[String]>([])
+            let config = ServerConfig(port: 0, tls: tls, limits: ServerLimits(connectionTimeoutSeconds: 10),
+                                      log: { line in lines.withLock { $0.append(line) } }, logClientErrors: logClientErrors)
+            let server = try HTTPSServer(config: config, router: router)
+            try server.start()
+            defer { server.stop() }
+            // Plain HTTP to the TLS port fails the handshake, as a client that rejects the certificate does.
+            let plain = try TestConnection(port: server.port, tls: false)
+            try plain.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            while plain.readSome() != nil {}
+            #expect(eventually { server.clientErrors >= 1 }, "\(server.clientErrors)")
+            // An event-stream client that goes away while events keep being published.
+            do {
+                let stream = try TestConnection(port: server.port)
+                try stream.send("GET /api/events/stream HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n")
+                #expect(try stream.readHead().status == 200)
+                #expect(eventually { server.eventStreamClients == 1 })
+                stream.shutdownSocket()
+            }
+            #expect(eventually {
+                published += 1
+                hub.publish(id: published, data: #"{"seq":\#(published)}"#)
+                return server.eventStreamClients == 0
+            })
+            #expect(try TestConnection(port: server.port).request("GET", "/healthz").status == 200)
+            let logged = lines.withLock { $0 }
+            print("server.clientErrorsNotLogged: logClientErrors \(logClientErrors): \(server.clientErrors) client errors, logged \(logged)")
+            if logClientErrors {
+                #expect(logged.contains("Error: received handshake message out of context."), "\(logged)")
+            } else {
+                #expect(logged.isEmpty, "\(logged)")
+            }
+        }
+    }
+
     @Test("connections beyond the per-IP limit are closed while the others keep working")
     func perIPLimit() throws {
         let fixture = try ServerFixture(limits: ServerLimits(maxConnectionsPerIP: 2, connectionTimeoutSeconds: 10))

@@ -1,0 +1,52 @@
+import FlowJSON
+import FlowScopeTools
+import FlowFetch
+import Testing
+
+@Suite("FlowTimeline: calls and engine-level activity")
+struct FlowTimelineTests {
+    static let call = TraceID(high: 1, low: 1), attribution = TraceID(high: 1, low: 2), orphan = TraceID(high: 1, low: 3)
+
+    static func event(_ name: EventName, _ t: Double, _ trace: TraceID, span: UInt64 = 1, placement: String? = nil,
+                      _ attrs: EventAttributes = [:]) -> EngineEvent {
+        EngineEvent(name: name, t: t, placement: placement, trace: trace, span: SpanID(raw: span), attrs: attrs)
+    }
+
+    /// A getFlow, an attribution observed on its own (no fetch), and the request of a trace whose call event is missing.
+    static let events = [
+        event(.fetchStart, 0, call, placement: "main", ["call": "getFlow"]),
+        event(.attributionApplied, 0.5, attribution, ["source": "appleAds", "after": 0.5]),
+        event(.fetchEnd, 1, call, placement: "main", ["call": "getFlow", "source": "network", "variation": "v-A", "audience": "All"]),
+        event(.requestStart, 2, orphan, span: 2, placement: "promo", ["kind": "targeted"]),
+    ]
+
+    @Test("a trace with fetch.* or preload.* is a call; attribution.applied alone, or requests alone, are not")
+    func isCall() {
+        let timeline = FlowTimeline(events: Self.events)
+        #expect(timeline.calls.map(\.isCall) == [true, false, false])
+        #expect(timeline.lastCall()?.trace == Self.call)
+    }
+
+    @Test("text: activity is a line at its time without `never` or `pending`; requests without a call event say so")
+    func text() {
+        let text = FlowTimeline(events: Self.events).text(events: false)
+        #expect(text == """
+              0.000s -> 1.000s  getFlow main  network v-A (All)  (0 requests)
+              0.500s  attribution.applied  after=0.5 source="appleAds"
+              2.000s  requests of trace \(Self.orphan.hex), which has no call event
+                    2.000s -> never  targeted promo  open
+
+            """, "\(text)")
+    }
+
+    @Test("json: only calls are results, numbered among themselves; activity's events and requests have step null")
+    func json() {
+        let o = FlowTimeline(events: Self.events).json()
+        let results = o["results"]?.arrayValue ?? []
+        #expect(results.count == 1)
+        #expect(results.first?["step"] == .number(0) && results.first?["call"] == .string("getFlow"))
+        let steps = (o["events"]?.arrayValue ?? []).map { $0["step"] ?? .string("missing") }
+        #expect(steps == [.number(0), .number(0), .null, .null], "\(steps)")
+        #expect((o["requests"]?.arrayValue ?? []).map { $0["step"] } == [.null])
+    }
+}
