@@ -14,13 +14,21 @@ let benchCommand = Command(spec: CommandSpec(
     Each benchmark warms up, runs several times and reports the median; a baseline (a Mutex-guarded
     Dictionary lookup, an Atomic<Int> add, plain SQLite) is measured in the same run. Build with
     `swift build -c release` first: a debug build is many times slower. BENCHMARKS.md explains the
-    method and the numbers. Exit status: 0 when every benchmark ran, 1 when one could not.
+    method and the numbers. Exit status: 0 when every benchmark ran, 1 when one could not, 2 for a bad
+    flag or an --only entry that names no benchmark.
     """
 ), run: runBench)
 
 /// `flowscope bench`: runs the suite and prints a table or the JSON of interfaces.md.
 func runBench(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     let json = args.flag("json")
+    let only = args.value("only").map { $0.split(separator: ",").map(String.init) } ?? []
+    // Checked before anything runs: a misspelt entry is an error, not an empty table.
+    if let unknown = only.first(where: { entry in !BenchmarkSuite.names.contains { $0.hasPrefix(entry) } }) {
+        io.err("flowscope bench: --only \(unknown): no benchmark is named or starts with it (benchmarks: "
+               + BenchmarkSuite.names.joined(separator: ", ") + ")\n")
+        return ExitStatus.usage
+    }
     let directory = NSTemporaryDirectory() + "flowscope-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     do {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -35,7 +43,6 @@ func runBench(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     let suite = BenchmarkSuite(quick: args.flag("quick"), directory: directory)
     let results: [BenchmarkResult]
     do {
-        let only = args.value("only").map { $0.split(separator: ",").map(String.init) } ?? []
         results = try await suite.run(only: only) { name in
             if !json && io.isTerminal { io.err("running \(name)...\n") }
         }

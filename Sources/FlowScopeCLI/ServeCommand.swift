@@ -17,8 +17,9 @@ let serveCommand = Command(spec: CommandSpec(
               .init("insecure-http", "plain HTTP instead of TLS, for local debugging only")],
     details: """
     On first start, a self-signed certificate (EC P-256; SAN localhost, 127.0.0.1, ::1) and an access
-    token are created in the state directory (default .flowscope/, files mode 0600). Bound to loopback,
-    reads are open and ingest needs the token; bound elsewhere, every endpoint needs it.
+    token are created in the state directory (default .flowscope/, mode 0700; the key and the token
+    mode 0600). Bound to loopback, reads are open and ingest needs the token; bound elsewhere, every
+    endpoint but GET /healthz needs it.
     Everything it needs is built in (the dashboard, the default config, the demo backend): it runs
     from any directory. It checks what `check-config` checks before creating anything.
     The first SIGINT or SIGTERM stops it cleanly: every sink is drained and flushed, within

@@ -19,7 +19,8 @@ let stubBackendCommand = Command(spec: CommandSpec(
     Routes: GET /v1/placements/{id}/audience (X-Profile-Id), /v1/placements/{id}/audience/default,
     /v1/layouts/{id}?version=N, /v1/profiles/{id}, /assets/... (layout images).
     Network rules apply in real time: latency waits without blocking a thread, "hang" never answers,
-    "reset" closes the socket, "http:NNN" answers that status, "malformed" answers 200 with a bad body.
+    "reset" closes the socket, "http:NNN" answers that status, "malformed" answers 200 with a bad body,
+    "drip" sends a 200 body one byte every 0.25 s.
     Runs until interrupted (Ctrl-C). Exit status: 2 for a bad flag or scenario file.
     """
 )) { args, io in

@@ -63,4 +63,17 @@ struct BenchCommandTests {
         #expect(await CommandLine.run(["bench", "--fast"], output: printed.output) == 2)
         #expect(printed.err.withLock { $0 }.contains("--fast"))
     }
+
+    @Test("an --only entry that is no benchmark's name or prefix is a usage error naming it and the benchmarks, before any runs")
+    func unknownOnly() async {
+        for only in ["nosuch", "pipeline,nosuch", "sim.calls.x"] {
+            let printed = Printed()
+            #expect(await CommandLine.run(["bench", "--quick", "--only", only], output: printed.output) == 2, "--only \(only)")
+            let bad = only.split(separator: ",").last.map(String.init) ?? only
+            let err = printed.err.withLock { $0 }
+            #expect(err == "flowscope bench: --only \(bad): no benchmark is named or starts with it (benchmarks: "
+                    + BenchmarkSuite.names.joined(separator: ", ") + ")\n", "\(err)")
+            #expect(printed.out.withLock { $0 }.isEmpty)
+        }
+    }
 }

@@ -1,5 +1,4 @@
 import FlowEvents
-import FlowJSON
 import Foundation
 import Synchronization
 
@@ -11,6 +10,7 @@ public final class AuditSink: EventSink {
     public var type: String { "audit" }
     private let file: Mutex<FileHandle>
     private let recorder = SinkHealthRecorder()
+    public var health: SinkHealth { recorder.current }
 
     public init(name: String = "audit", path: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: nil) else { throw AuditError(path: path) }
@@ -33,7 +33,6 @@ public final class AuditSink: EventSink {
 
     public func flush() { file.withLock { try? $0.synchronize() } }
     public func close() { file.withLock { try? $0.close() } }
-    public var health: SinkHealth { recorder.current }
 
     /// The seqs written to `path`, in file order.
     public static func seqs(in path: String) throws -> [UInt64] {
