@@ -43,7 +43,8 @@ public final class HTTPSServer: Sendable {
 
     private enum ListenState {
         case bound(Int32)
-        case running(DaemonHandle)
+        /// Serving: the daemon, and our listening socket (the daemon runs on a duplicate of it).
+        case running(DaemonHandle, listenFD: Int32)
         case stopped
     }
 
@@ -78,7 +79,7 @@ public final class HTTPSServer: Sendable {
         try listener.withLock { (state: inout ListenState) throws(ServerStartError) in
             guard case .bound(let fd) = state else { throw ServerStartError("server already started or stopped") }
             let handle = try DaemonHandle.start(listenFD: fd, config: config, context: context)
-            state = .running(handle)
+            state = .running(handle, listenFD: fd)
         }
     }
 
@@ -93,7 +94,7 @@ public final class HTTPSServer: Sendable {
         switch previous {
         case .bound(let fd): close(fd)
         case .stopped: return
-        case .running(let handle):
+        case .running(let handle, let ownFD):
             context.stopping.store(true, ordering: .releasing)
             // The listen socket must stay open until MHD_stop_daemon has returned: worker threads may
             // still remove it from their epoll sets, and MHD aborts the process if that fails.
@@ -105,6 +106,7 @@ public final class HTTPSServer: Sendable {
             handle.stop()
             context.handshake?.stop()
             if listenFD >= 0 { close(listenFD) }
+            close(ownFD)
         }
     }
 
@@ -190,9 +192,14 @@ final class DaemonHandle: @unchecked Sendable {
         let logger: MHD_LogCallback = mhdLog
         let uriLog: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = mhdURILog
         let completed: MHD_RequestCompletedCallback = mhdCompleted
+        // libmicrohttpd gets a duplicate of the socket: see flowscope_listen_duplicate.
+        let given = flowscope_listen_duplicate(listenFD)
+        guard given >= 0 else {
+            throw ServerStartError("cannot duplicate the listening socket: \(StateDirectory.describe(errno: errno))")
+        }
         var items: [MHD_OptionItem] = [
             MHD_OptionItem(option: .EXTERNAL_LOGGER, value: unsafeBitCast(logger, to: Int.self), ptr_value: cls),
-            MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(listenFD), ptr_value: nil),
+            MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(given), ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.limits.maxConnections), ptr_value: nil),
             MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: max(1, config.limits.maxConnectionsPerIP), ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.limits.maxHeaderBytes), ptr_value: nil),
@@ -227,6 +234,7 @@ final class DaemonHandle: @unchecked Sendable {
             }
         }
         guard let daemon else {
+            flowscope_release_listen_duplicate(given, listenFD)
             for s in strings { free(s) }
             let last = context.lastLogLine()
             throw ServerStartError("libmicrohttpd did not start on \(config.bind)" + (last.map { ": \($0)" } ?? ""))

@@ -88,9 +88,14 @@ public final class StubBackendServer: Sendable {
         let completed: MHD_RequestCompletedCallback = stubCompleted
         let logger: MHD_LogCallback = stubLog
         let unescape: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = stubKeepEscaped
+        // libmicrohttpd gets a duplicate of the socket and owns it once started (see
+        // flowscope_listen_duplicate); ours is closed once the start is over.
+        let given = flowscope_listen_duplicate(fd)
+        defer { close(fd) }
+        guard given >= 0 else { throw StubBackendError("cannot duplicate the listening socket: \(String(cString: strerror(errno)))") }
         var items: [MHD_OptionItem] = [
             MHD_OptionItem(option: .EXTERNAL_LOGGER, value: unsafeBitCast(logger, to: Int.self), ptr_value: cls),
-            MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(fd), ptr_value: nil),
+            MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(given), ptr_value: nil),
             MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: 512, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: 600, ptr_value: nil),
@@ -114,7 +119,7 @@ public final class StubBackendServer: Sendable {
             }
         }
         guard let started else {
-            close(fd)
+            flowscope_release_listen_duplicate(given, fd)
             for s in strings { free(s) }
             throw StubBackendError("libmicrohttpd did not start on \(bind):\(bound)" + (context.lastLog.map { ": \($0)" } ?? ""))
         }
