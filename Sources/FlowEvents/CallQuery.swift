@@ -410,7 +410,7 @@ public struct CallQuery: Sendable {
             }
         }
         let sorted = durations.map(\.duration).sorted()
-        func rank(_ q: Double) -> Double? { nearestRank(sorted, q) }
+        func rank(_ q: Double) -> Double? { PlacementSummary.nearestRank(sorted, q) }
         return Result(calls: Array(matched.prefix(max(0, limit))), matched: matched.count, scannedCalls: all.count,
                       scannedEvents: events.count, windowFull: windowFull, p50: rank(0.5), p95: rank(0.95), sources: sources,
                       errors: errors, timeouts: timeouts, targetingLost: lost, durations: durations)
@@ -462,12 +462,6 @@ public struct CallQuery: Sendable {
     }
 }
 
-/// Nearest-rank percentile `q` (0...1) of ascending `sorted`; nil when empty.
-private func nearestRank(_ sorted: [Double], _ q: Double) -> Double? {
-    guard !sorted.isEmpty else { return nil }
-    return sorted[min(max(Int((q * Double(sorted.count)).rounded(.up)) - 1, 0), sorted.count - 1)]
-}
-
 /// One placement's totals over matching calls, for `CallQuery.placements`.
 private struct PlacementRow {
     var calls = 0
@@ -477,7 +471,7 @@ private struct PlacementRow {
     var targetingLost = 0
     var timeouts = 0
     var durations: [Double] = []
-    var lastPreloadError: (code: JSONValue, ts: Double, seq: UInt64)?
+    var lastPreloadError: PreloadError?
 
     /// Counts call `c` for `placement`; `events` are the call's envelopes.
     mutating func add(_ c: CallSummary, placement: String, events: [Envelope]) {
@@ -493,24 +487,15 @@ private struct PlacementRow {
         for e in events where e.name == .timeout && (e.placement ?? c.placement) == placement { timeouts += 1 }
         if let code = c.failed[placement], let end = events.last(where: { $0.name == .preloadEnd }),
            end.seq > (lastPreloadError?.seq ?? 0) {
-            lastPreloadError = (code, end.ts, end.seq)
+            lastPreloadError = PreloadError(code: code, ts: end.ts, seq: end.seq)
         }
     }
 
     /// The row as `GET /api/placements` answers it, with `calls`.
     func jsonValue(placement: String) -> JSONValue {
-        let sorted = durations.sorted()
-        return [
-            "placement": .string(placement), "calls": .number(Double(calls)), "fetches": .number(Double(fetches)),
-            "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
-            "targetingLost": .number(Double(targetingLost)), "timeouts": .number(Double(timeouts)),
-            "duration": ["p50": nearestRank(sorted, 0.5).map(JSONValue.number) ?? .null,
-                         "p95": nearestRank(sorted, 0.95).map(JSONValue.number) ?? .null,
-                         "samples": .number(Double(sorted.count))],
-            "lastPreloadError": lastPreloadError.map {
-                ["code": $0.code, "ts": .string(ISO8601.format($0.ts)), "seq": .number(Double($0.seq))]
-            } ?? .null,
-        ]
+        PlacementSummary(placement: placement, calls: calls, fetches: fetches, sources: sources, errors: errors,
+                         targetingLost: targetingLost, timeouts: timeouts, durations: durations,
+                         lastPreloadError: lastPreloadError).jsonValue
     }
 }
 

@@ -1,4 +1,4 @@
-import FlowEvents
+@_exported import FlowEvents  // the types of its query results (PlacementSummary, PreloadError)
 import FlowFetch
 import FlowJSON
 import Synchronization
@@ -251,56 +251,6 @@ public struct RunDetail: Sendable, Hashable {
     }
 }
 
-/// The last preload failure of a placement.
-public struct PreloadError: Sendable, Hashable {
-    /// The error code as preload.end reported it (a number or a string).
-    public var code: JSONValue
-    /// Wall-clock time of the preload.end event.
-    public var ts: Double
-    /// Seq of the preload.end event.
-    public var seq: UInt64
-
-    /// Creates a preload error record.
-    public init(code: JSONValue, ts: Double, seq: UInt64) { self.code = code; self.ts = ts; self.seq = seq }
-}
-
-/// Aggregates of one placement, as `GET /api/placements` lists them.
-public struct PlacementSummary: Sendable, Hashable {
-    /// The placement id (`_other` for placements past the limit).
-    public var placement: String
-    /// fetch.end events.
-    public var fetches: Int
-    /// Successful fetch.end events by source (`network`, `cache`, `defaultAudience`, `fallbackFile`).
-    public var sources: [String: Int]
-    /// fetch.end events carrying an errorCode.
-    public var errors: Int
-    /// fetch.end events with targetingLost true.
-    public var targetingLost: Int
-    /// timeout events.
-    public var timeouts: Int
-    /// Median and 95th percentile (nearest rank) of the kept fetch.end durations, seconds.
-    public var p50: Double?
-    public var p95: Double?
-    /// Durations the percentiles are computed from (at most the sink's `durationSamples`).
-    public var samples: Int
-    /// The last failure reported for this placement by preload.end's `failed` map.
-    public var lastPreloadError: PreloadError?
-
-    /// `{"placement","fetches","sources":{...},"errors","targetingLost","timeouts",
-    /// "duration":{"p50","p95","samples"},"lastPreloadError":{"code","ts","seq"}|null}`;
-    /// p50/p95 are null without samples.
-    public var jsonValue: JSONValue {
-        ["placement": .string(placement), "fetches": .number(Double(fetches)),
-         "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
-         "targetingLost": .number(Double(targetingLost)), "timeouts": .number(Double(timeouts)),
-         "duration": ["p50": p50.map(JSONValue.number) ?? .null, "p95": p95.map(JSONValue.number) ?? .null,
-                      "samples": .number(Double(samples))],
-         "lastPreloadError": lastPreloadError.map {
-             ["code": $0.code, "ts": .string(ISO8601.format($0.ts)), "seq": .number(Double($0.seq))]
-         } ?? .null]
-    }
-}
-
 /// JSON bodies for the dashboard API, built from `MemorySink` query results.
 public enum MemoryJSON {
     /// `GET /api/placements?run=`: `{"run":"live"|null,"placements":[<PlacementSummary>...]}`.
@@ -512,17 +462,10 @@ private struct PlacementAggregate {
     }
 
     func summary(placement: String) -> PlacementSummary {
-        let sorted = durations.sorted()
-        func rank(_ q: Double) -> Double? {
-            guard !sorted.isEmpty else { return nil }
-            // Nearest rank: the smallest value with at least q of the samples at or below it.
-            let index = Int((q * Double(sorted.count)).rounded(.up)) - 1
-            return sorted[min(max(index, 0), sorted.count - 1)]
-        }
-        return PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors,
-                                targetingLost: targetingLost, timeouts: timeouts, p50: rank(0.5), p95: rank(0.95),
-                                samples: sorted.count, lastPreloadError: lastPreloadError)
+        PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors, targetingLost: targetingLost,
+                         timeouts: timeouts, durations: durations, lastPreloadError: lastPreloadError)
     }
+
 }
 
 extension MemorySink {

@@ -330,7 +330,7 @@ extension SQLiteSink: EventStore {
                 try each("SELECT id, ts, attrs FROM events WHERE \(filter)name = 'preload.end' ORDER BY id") { row in
                     guard let failed = row.text(2).flatMap(decodeAttrs)?["failed"]?.objectValue else { return }
                     for (placement, code) in failed {
-                        placements[placement, default: PlacementTotals()].lastPreloadError = (code, row.double(1), UInt64(row.int64(0)))
+                        placements[placement, default: PlacementTotals()].lastPreloadError = PreloadError(code: code, ts: row.double(1), seq: UInt64(row.int64(0)))
                     }
                 }
             }
@@ -365,22 +365,10 @@ private struct PlacementTotals {
     var timeouts = 0
     /// The last `durationSamples` durations.
     var durations: [Double] = []
-    var lastPreloadError: (code: JSONValue, ts: Double, seq: UInt64)?
+    var lastPreloadError: PreloadError?
 
     func jsonValue(placement: String) -> JSONValue {
-        let sorted = durations.sorted()
-        func rank(_ q: Double) -> JSONValue {
-            guard !sorted.isEmpty else { return .null }
-            // Nearest rank: the smallest value with at least q of the samples at or below it.
-            let index = Int((q * Double(sorted.count)).rounded(.up)) - 1
-            return .number(sorted[min(max(index, 0), sorted.count - 1)])
-        }
-        return ["placement": .string(placement), "fetches": .number(Double(fetches)),
-                "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
-                "targetingLost": .number(Double(targetingLost)), "timeouts": .number(Double(timeouts)),
-                "duration": ["p50": rank(0.5), "p95": rank(0.95), "samples": .number(Double(sorted.count))],
-                "lastPreloadError": lastPreloadError.map {
-                    ["code": $0.code, "ts": .string(ISO8601.format($0.ts)), "seq": .number(Double($0.seq))]
-                } ?? .null]
+        PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors, targetingLost: targetingLost,
+                         timeouts: timeouts, durations: durations, lastPreloadError: lastPreloadError).jsonValue
     }
 }
