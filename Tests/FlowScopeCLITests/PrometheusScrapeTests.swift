@@ -38,10 +38,11 @@ struct PrometheusScrapeRealTimeTests {
         try #require(fixture.ingest(Events.lines(ServeMetricsTests.knownEvents)).status == 202)
         let certPath = try #require(fixture.stack.tls?.certPath)
 
-        // The shipped scrape config, pointed at this stack and this certificate, scraping every second.
+        // The shipped scrape config, pointed at this stack and scraping every second, laid out as in the
+        // repository: config/prometheus.yml beside the state directory .flowscope/ holding the certificate
+        // (its relative ca_file resolves against the config file's directory).
         let shipped = try String(contentsOfFile: packageRoot + "/config/prometheus.yml", encoding: .utf8)
         let replacements = [("scrape_interval: 15s", "scrape_interval: 1s"), ("scrape_timeout: 10s", "scrape_timeout: 1s"),
-                            ("ca_file: .flowscope/tls/cert.pem", "ca_file: \(certPath)"),
                             ("\"localhost:8443\"", "\"127.0.0.1:\(fixture.port)\"")]
         var config = shipped
         for (from, to) in replacements {
@@ -50,14 +51,17 @@ struct PrometheusScrapeRealTimeTests {
         }
         let work = makeTemporaryDirectory("prometheus")
         defer { removeDirectory(work) }
-        try write(config, to: work + "/prometheus.yml")
-        let check = try runProcess(promtool, ["check", "config", work + "/prometheus.yml"])
+        try FileManager.default.createDirectory(atPath: work + "/config", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: work + "/.flowscope/tls", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: certPath, toPath: work + "/.flowscope/tls/cert.pem")
+        try write(config, to: work + "/config/prometheus.yml")
+        let check = try runProcess(promtool, ["check", "config", work + "/config/prometheus.yml"])
         #expect(check.status == 0, "\(check.out)\(check.err)")
 
         let port = try freeLoopbackPort()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: prometheus)
-        process.arguments = ["--config.file=\(work)/prometheus.yml", "--storage.tsdb.path=\(work)/data",
+        process.arguments = ["--config.file=\(work)/config/prometheus.yml", "--storage.tsdb.path=\(work)/data",
                              "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"]
         _ = FileManager.default.createFile(atPath: work + "/log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: work + "/log"))
