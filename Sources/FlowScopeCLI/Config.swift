@@ -2,6 +2,7 @@ import ConsoleSink
 import ExecSink
 import FlowEvents
 import FlowJSON
+import FlowScopeServer
 import FlowSim
 import Foundation
 import JSONLinesSink
@@ -102,7 +103,11 @@ struct FlowScopeConfig: Sendable {
         if let s = o.optional("server") {
             let so = try s.object()
             try so.rejectUnknownKeys(allowed: ["bind", "port", "stateDir", "tls", "auth", "limits", "webRoot", "shutdownTimeout"])
-            if let v = so.optional("bind") { config.server.bind = try v.nonEmptyString() }
+            if let v = so.optional("bind") {
+                let bind = try v.nonEmptyString()
+                guard ServerConfig.isValidBind(bind) else { throw v.expected("an IPv4 or IPv6 address or localhost") }
+                config.server.bind = bind
+            }
             if let v = so.optional("port") { config.server.port = try int(v, 0...65535) }
             if let v = so.optional("stateDir") { config.server.stateDir = resolve(try v.nonEmptyString()) }
             if let v = so.optional("webRoot") { config.server.webRoot = resolve(try v.nonEmptyString()) }

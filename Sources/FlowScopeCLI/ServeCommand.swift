@@ -30,7 +30,13 @@ let serveCommand = Command(spec: CommandSpec(
 )) { args, io in
     // Flags first: a bad flag is reported before anything in the config.
     var overrides = ServeStack.Overrides()
-    overrides.bind = args.value("bind")
+    if let b = args.value("bind") {
+        guard ServerConfig.isValidBind(b) else {
+            io.err("flowscope serve: --bind expects an IPv4 or IPv6 address or localhost, got \"\(b)\"\n")
+            return ExitStatus.usage
+        }
+        overrides.bind = b
+    }
     if let p = args.value("port") {
         guard let port = Int(p), (0...65535).contains(port) else {
             io.err("flowscope serve: --port expects a port number 0-65535, got \(p)\n")

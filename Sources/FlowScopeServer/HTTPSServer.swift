@@ -127,6 +127,16 @@ public final class HTTPSServer: Sendable {
     var handshakeDeadline: HandshakeDeadline? { context.handshake }
 }
 
+extension ServerConfig {
+    /// Whether `bind` is an address the server can listen on: an IPv4 or IPv6 address, or `localhost`
+    /// (127.0.0.1). Checked before anything is created, with the same rule the start uses.
+    public static func isValidBind(_ bind: String) -> Bool {
+        let host = bind == "localhost" ? "127.0.0.1" : bind
+        var v4 = in_addr(), v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+}
+
 /// The listening socket, opened by us so that port 0 can be read back and IPv6 works alike.
 enum ListeningSocket {
     static func open(bind: String, port: Int) throws(ServerStartError) -> (fd: Int32, port: Int) {

@@ -93,6 +93,12 @@ struct CommandLineTests {
         let badPort = await flowscope("serve", "--port", "http", "--config", packageRoot + "/config/flowscope.json5")
         #expect(badPort.status == 2)
         #expect(badPort.err == "flowscope serve: --port expects a port number 0-65535, got http\n")
+        // A bad --bind is reported before the config is read or the state directory is created.
+        let stateDir = makeTemporaryDirectory("bind") + "/state"
+        let badBind = await flowscope("serve", "--bind", "999.1.1.1", "--state-dir", stateDir, "--config", "/nonexistent.json5")
+        #expect(badBind.status == 2)
+        #expect(badBind.err == "flowscope serve: --bind expects an IPv4 or IPv6 address or localhost, got \"999.1.1.1\"\n")
+        #expect(!FileManager.default.fileExists(atPath: stateDir))
         let twoFiles = await flowscope("check-config", "a.json5", "b.json5")
         #expect(twoFiles.status == 2)
         #expect(twoFiles.err.hasPrefix("flowscope check-config: expected at most 1 argument, got 2"))

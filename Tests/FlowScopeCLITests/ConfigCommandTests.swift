@@ -34,6 +34,8 @@ struct ConfigCommandTests {
         (#"{ simulate: { strategies: [ { name: "x", atPaywall: { loadTimeout: "five" } } ] } }"#, #"$.simulate.strategies[0].atPaywall.loadTimeout: expected"#),
         (#"{ server: "#, #"$.server (line 1, column 11): unexpected end of input"#),
         (#"{ server: { shutdownTimeout: 0 } }"#, #"$.server.shutdownTimeout: expected a number > 0"#),
+        (#"{ server: { bind: "999.1.1.1" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
+        (#"{ server: { bind: "example.com" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
     ]
 
     @Test("bad configs exit 2 with one line naming the file and the JSON path, from check-config and from serve alike")
