@@ -20,7 +20,7 @@ let simulateCommand = Command(spec: CommandSpec(
               .init("out", value: "DIR", "also write DIR/simulate.json and DIR/report.html"),
               .init("threads", value: "N", "worker threads (default: every core); the numbers do not depend on it"),
               .init("state-dir", value: "D", "where the run is saved for the dashboard, as D/simulations/ (default: the config's server.stateDir, .flowscope)"),
-              .init("from", value: "SOURCE", "fit the population's network to recorded events: a JSON Lines trace, an sqlite sink file, or https://HOST:PORT/api/events"),
+              .init("from", value: "SOURCE", "fit the population's network to recorded events: a JSON Lines trace, an sqlite sink file (only read), or https://HOST:PORT/api/events (the live run unless the URL has run=)"),
               .init("ca", value: "FILE", "with --from https://...: the PEM CA file that signed the server's certificate"),
               .init("token", value: "T", "with --from https://...: a bearer token to send"),
               .init("sweep", value: "NAME=FROM:TO:STEP", "play each strategy at each value of loadTimeout, timeout, delay or requestTimeout, e.g. loadTimeout=1:10:0.5"),
@@ -82,6 +82,9 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
         switch TrafficSource.parse(from) {
         case .success(let s): source = s
         case .failure(let e): return usage(e.message)
+        }
+        if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) {
+            return usage("--ca \(FlowScopeConfig.absolutePath(ca)): \(problem)")
         }
         switch await source.read(caFile: args.value("ca"), token: args.value("token")) {
         case .success(let envelopes):

@@ -27,7 +27,7 @@ let stubBackendCommand = Command(spec: CommandSpec(
     var port = 8080
     if let p = args.value("port") {
         guard let v = Int(p), (0...65_535).contains(v) else {
-            io.err("flowscope stub-backend: --port \(p): expected 0...65535\n")
+            io.err("flowscope stub-backend: --port expects a port number 0-65535, got \(p)\n")
             return ExitStatus.usage
         }
         port = v

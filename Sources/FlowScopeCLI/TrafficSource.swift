@@ -15,7 +15,8 @@ enum TrafficSource: Equatable {
     case sqlite(path: String)
     case server(url: URL)
 
-    /// What `text` names: a URL for http(s), else a file, sniffed for the SQLite header.
+    /// What `text` names: a URL for http(s), else a file, sniffed for the SQLite header. A missing,
+    /// unreadable or directory path is an error naming the resolved path.
     static func parse(_ text: String) -> Result<TrafficSource, TrafficSourceError> {
         let lower = text.lowercased()
         if lower.hasPrefix("https://") || lower.hasPrefix("http://") {
@@ -24,9 +25,12 @@ enum TrafficSource: Equatable {
             }
             return .success(.server(url: url))
         }
+        if let problem = ServeChecks.fileProblem(text) {
+            let hint = problem == "not found" ? " (expected a JSON Lines trace, an sqlite sink database, or https://HOST:PORT/api/events)" : ""
+            return .failure(TrafficSourceError("--from \(FlowScopeConfig.absolutePath(text)): \(problem)\(hint)"))
+        }
         guard let handle = FileHandle(forReadingAtPath: text) else {
-            return .failure(TrafficSourceError("--from \(text): cannot read the file (expected a JSON Lines trace, an sqlite sink "
-                                               + "database, or https://HOST:PORT/api/events)"))
+            return .failure(TrafficSourceError("--from \(FlowScopeConfig.absolutePath(text)): cannot read the file"))
         }
         defer { try? handle.close() }
         let head = (try? handle.read(upToCount: 16)) ?? Data()
@@ -43,10 +47,11 @@ enum TrafficSource: Equatable {
         }
     }
 
-    /// One envelope per non-blank line; an error names the file, the line and the JSON path.
+    /// One envelope per non-blank line; an error names the flag, the file, the line and the JSON path.
     static func readJSONLines(_ path: String) -> Result<[Envelope], TrafficSourceError> {
+        let shown = FlowScopeConfig.absolutePath(path)
         guard let data = FileManager.default.contents(atPath: path) else {
-            return .failure(TrafficSourceError("--from \(path): cannot read the file"))
+            return .failure(TrafficSourceError("--from \(shown): \(ServeChecks.whyUnreadable(path))"))
         }
         var out: [Envelope] = []
         var line = 0
@@ -56,34 +61,39 @@ enum TrafficSource: Equatable {
             do throws(JSONInputError) {
                 out.append(try Envelope(jsonValue: try JSON5.parse(bytes: Array(slice))))
             } catch {
-                return .failure(TrafficSourceError("\(path): line \(line): \(error.description) (expected one event envelope per line)"))
+                return .failure(TrafficSourceError("--from \(shown): line \(line): \(error.description) "
+                                                   + "(expected one event envelope per line)"))
             }
         }
         return .success(out)
     }
 
-    /// Every event of an sqlite sink database, oldest first.
+    /// Every event of an sqlite sink database, oldest first, read without changing the file.
     static func readSQLite(_ path: String) -> Result<[Envelope], TrafficSourceError> {
         do throws(SQLiteSinkError) {
-            let store = try SQLiteSink(path: path)
-            let count = try store.count()
-            return .success(try store.storedEvents(limit: count + 1).map(\.envelope))
+            return .success(try SQLiteSink.storedEvents(inFile: FlowScopeConfig.absolutePath(path)).map(\.envelope))
         } catch {
             return .failure(TrafficSourceError("--from \(error.description)"))
         }
     }
 
-    /// Pages through `GET /api/events?since=SEQ&limit=1000` up to the newest event at the first page.
+    /// The page size asked of the server (its own limit may be smaller).
+    static let pageLimit = 1000
+    /// Most pages read: a server receiving events as fast as they are read ends there.
+    static let maxPages = 10_000
+
+    /// Pages through `GET /api/events?run=RUN&since=SEQ&limit=1000`, each page from the last seq of
+    /// the one before, until a page is empty or shorter than the largest before it (the server's
+    /// page size); `latestSeq` is not used (it is the memory sink's, not a stored run's). Without a
+    /// `run` parameter in `url`, `run=live`.
     static func readServer(_ url: URL, caFile: String?, token: String?) async -> Result<[Envelope], TrafficSourceError> {
         var out: [Envelope] = []
         var since: UInt64 = 0
-        var newest: UInt64?
-        // Bounded: a server with live traffic keeps adding events; stop at the newest seen first.
-        for _ in 0..<100_000 {
-            guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { break }
-            parts.queryItems = (parts.queryItems ?? []).filter { $0.name != "since" && $0.name != "limit" }
-                + [URLQueryItem(name: "since", value: String(since)), URLQueryItem(name: "limit", value: "1000")]
-            guard let pageURL = parts.url else { break }
+        var pageSize = 0
+        for _ in 0..<maxPages {
+            guard let pageURL = pageURL(url, since: since) else {
+                return .failure(TrafficSourceError("--from \(url.absoluteString): expected a URL like https://HOST:PORT/api/events"))
+            }
             let body: [UInt8]
             switch await get(pageURL, caFile: caFile, token: token) {
             case .success(let b): body = b
@@ -96,15 +106,25 @@ enum TrafficSource: Equatable {
                     throw JSONInputError(path: "$.events", message: "required key is missing (expected the answer of GET /api/events)")
                 }
                 page = try Envelope.decodeAll(events, path: "$.events")
-                if newest == nil { newest = value["latestSeq"]?.numberValue.map { UInt64(max($0, 0)) } ?? 0 }
             } catch {
                 return .failure(TrafficSourceError("--from \(url.absoluteString): \(error.description)"))
             }
             out += page
-            guard let last = page.last, last.seq > since, last.seq < (newest ?? 0) else { break }
+            guard let last = page.last, last.seq > since, page.count >= pageSize else { break }
+            pageSize = page.count
             since = last.seq
         }
         return .success(out)
+    }
+
+    /// `url` with `since` and `limit` set, and `run=live` when it names no run.
+    static func pageURL(_ url: URL, since: UInt64) -> URL? {
+        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return nil }
+        var items = (parts.queryItems ?? []).filter { $0.name != "since" && $0.name != "limit" }
+        if !items.contains(where: { $0.name == "run" }) { items.append(URLQueryItem(name: "run", value: "live")) }
+        parts.queryItems = items + [URLQueryItem(name: "since", value: String(since)),
+                                    URLQueryItem(name: "limit", value: String(pageLimit))]
+        return parts.url
     }
 
     private static func get(_ url: URL, caFile: String?, token: String?) async -> Result<[UInt8], TrafficSourceError> {
@@ -112,8 +132,8 @@ enum TrafficSource: Equatable {
         if let token { headers.append(("Authorization", "Bearer \(token)")) }
         let status: Int, body: [UInt8]
         if let caFile, url.scheme?.lowercased() == "https" {
-            guard FileManager.default.isReadableFile(atPath: caFile) else {
-                return .failure(TrafficSourceError("--ca \(caFile): cannot read the file"))
+            if let problem = ServeChecks.fileProblem(caFile) {
+                return .failure(TrafficSourceError("--ca \(FlowScopeConfig.absolutePath(caFile)): \(problem)"))
             }
             switch await TLSTransport.send("GET", url: url, headers: headers, caFile: caFile, timeout: 30, maxBodyBytes: 64 << 20) {
             case .success(let a): status = a.status; body = a.body

@@ -112,7 +112,7 @@ struct FetchCommandRealTimeTests {
     }
 
     @Test("stub-backend rejects bad flags and bad scenario files with exit 2", arguments: [
-        (["stub-backend", "--port", "70000"], "--port 70000"),
+        (["stub-backend", "--port", "70000"], "flowscope stub-backend: --port expects a port number 0-65535, got 70000"),
         (["stub-backend", "--scenario", "/nonexistent.json5"], "--scenario /nonexistent.json5: not found"),
     ])
     func stubBackendFlags(arguments: [String], fragment: String) async {

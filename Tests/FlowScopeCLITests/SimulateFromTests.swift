@@ -1,5 +1,7 @@
+import FlowEvents
 import FlowJSON
 import Foundation
+import SQLiteSink
 import Testing
 @testable import FlowScopeCLI
 
@@ -119,9 +121,16 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
         try write(syntheticTraceLines(placement: "p", median: 1, sigma: 0.5, budget: 3, requests: 1, seed: 1)[0] + "\n{not json\n",
                   to: dir + "/broken.jsonl")
         try write("", to: dir + "/empty.jsonl")
+        try write("garbage\n", to: dir + "/junk.sqlite")
+        let cwd = FileManager.default.currentDirectoryPath
         let cases: [([String], String)] = [
-            (["--from", dir + "/missing.jsonl"], "--from \(dir)/missing.jsonl: cannot read the file"),
-            (["--from", dir + "/broken.jsonl"], "\(dir)/broken.jsonl: line 2:"),
+            (["--from", dir + "/missing.jsonl"], "--from \(dir)/missing.jsonl: not found"),
+            (["--from", "nonexistent-\(UUID()).jsonl"], "--from \(cwd)/nonexistent-"),
+            (["--from", dir], "--from \(dir): is a directory, expected a file"),
+            (["--from", dir + "/broken.jsonl"], "--from \(dir)/broken.jsonl: line 2:"),
+            (["--from", dir + "/junk.sqlite"], "--from \(dir)/junk.sqlite: line 1:"),
+            (["--from", "https://127.0.0.1:1/api/events", "--ca", dir + "/missing.pem"], "--ca \(dir)/missing.pem: not found"),
+            (["--from", "https://127.0.0.1:1/api/events", "--ca", dir], "--ca \(dir): is a directory, expected a file"),
             (["--from", dir + "/empty.jsonl"], "no flow requests to fit"),
             (["--from", "https://"], "expected a URL"),
             (["--sweep", "loadTimeout=1:10"], "--sweep: expected NAME=FROM:TO:STEP"),
@@ -135,5 +144,73 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             #expect(run.err.contains(message), "\(extra): \(run.err)")
             #expect(run.err.split(separator: "\n").count == 1, "\(extra): \(run.err)")
         }
+    }
+
+    @Test func anSQLiteSourceIsReadWithoutChangingItAndAnotherDatabaseIsRefusedInOneLine() async throws {
+        let dir = makeTemporaryDirectory("from-sqlite")
+        defer { removeDirectory(dir) }
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3"), "the sqlite3 tool is needed (scripts/setup.sh installs it)")
+        let empty = dir + "/empty.sqlite", foreign = dir + "/foreign.sqlite", store = dir + "/events.sqlite"
+        for (path, sql) in [(empty, "CREATE TABLE t (x); DROP TABLE t;"), (foreign, "CREATE TABLE customers (id INTEGER);")] {
+            let made = try runProcess("/usr/bin/sqlite3", [path, sql])
+            #expect(made.status == 0, "\(made.err)")
+        }
+        do {
+            let sink = try SQLiteSink(path: store)
+            let lines = syntheticTraceLines(placement: "main_paywall", median: 0.5, sigma: 0.5, budget: 2, requests: 50, seed: 7)
+            sink.consume(try lines.map { try Envelope(jsonValue: try JSON5.parse($0)) })
+        }
+        func files() throws -> [String: Data] {
+            var out: [String: Data] = [:]
+            for name in try FileManager.default.contentsOfDirectory(atPath: dir) where name != "state" {
+                out[name] = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))
+            }
+            return out
+        }
+        let before = try files()
+        #expect(before.keys.sorted() == ["empty.sqlite", "events.sqlite", "foreign.sqlite"])
+
+        let fitted = await flowscope("simulate", "--from", store, "--json", "--sessions", "50", "--threads", "1", "--state-dir", dir + "/state")
+        #expect(fitted.status == 0, "\(fitted.err)")
+        #expect(try JSON5.parse(fitted.out)["fitted"]?["main_paywall"]?["targeted"]?["requests"] == 50)
+        for path in [empty, foreign] {
+            let run = await flowscope("simulate", "--from", path, "--sessions", "10", "--state-dir", dir + "/state")
+            #expect(run.status == 2)
+            #expect(run.err == "flowscope simulate: --from \(path): not an event store written by flowscope's sqlite sink (no events table)\n")
+        }
+        #expect(try files() == before, "reading a source changed the files in its directory")
+    }
+
+    @Test func aStoredRunOfMoreThanOnePageIsReadWholeFromTheDocumentedURL() async throws {
+        let dir = makeTemporaryDirectory("from-stored")
+        defer { removeDirectory(dir) }
+        let sinks = #"{ type: "memory" }, { type: "sqlite", path: "$DIR/events.sqlite" }"#
+        // 700 requests, 1,400 events of run live: two pages of /api/events.
+        let lines = syntheticTraceLines(placement: "main_paywall", median: 0.6, sigma: 0.5, budget: 2, requests: 700, seed: 11)
+        do {
+            let first = try StackFixture(sinks: sinks, dir: dir)
+            #expect(try first.ingest(lines.joined(separator: "\n") + "\n").status == 202)
+            first.stop()
+        }
+        // After a restart the memory sink holds no run: live is a stored run, and latestSeq is null.
+        let second = try StackFixture(sinks: sinks, dir: dir)
+        defer { second.stop() }
+        #expect(try second.getJSON("/api/events?run=live")["latestSeq"] == .null)
+        let base = "https://127.0.0.1:\(second.port)/api/events"
+        for url in [base, base + "?run=live"] {
+            let run = await flowscope(["simulate", "--from", url, "--ca", dir + "/state/tls/cert.pem", "--json", "--sessions", "50",
+                                       "--threads", "1", "--state-dir", dir + "/sim"])
+            #expect(run.status == 0, "\(url): \(run.err)")
+            let requests = (try? JSON5.parse(run.out))?["fitted"]?["main_paywall"]?["targeted"]?["requests"]
+            #expect(requests == 700, "\(url)")
+        }
+    }
+
+    @Test func aServerURLWithoutARunAsksForLiveAndPagesBySince() throws {
+        let url = try #require(URL(string: "https://h:1/api/events?placement=p&since=5&limit=3"))
+        let page = try #require(TrafficSource.pageURL(url, since: 42))
+        #expect(page.absoluteString == "https://h:1/api/events?placement=p&run=live&since=42&limit=1000")
+        let named = try #require(URL(string: "https://h:1/api/events?run=test:a"))
+        #expect(TrafficSource.pageURL(named, since: 0)?.absoluteString == "https://h:1/api/events?run=test:a&since=0&limit=1000")
     }
 }

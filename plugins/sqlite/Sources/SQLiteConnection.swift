@@ -30,11 +30,33 @@ final class Connection: @unchecked Sendable {
     let db: OpaquePointer
     let path: String
 
-    /// Opens (creating if needed) the database at `path`.
-    init(path: String, readOnly: Bool = false, busyTimeout: Double = 5) throws(SQLiteSinkError) {
+    /// How a connection opens its file.
+    enum Mode {
+        /// Read and write, creating the file if needed.
+        case readWrite
+        /// Read only; a WAL-mode file gets its `-wal` and `-shm` files created if they are missing.
+        case readOnly
+        /// Read only, without locking and without creating any file (SQLite's `immutable=1`): for a
+        /// file no process has open for writing.
+        case immutable
+    }
+
+    /// Opens the database at `path`, creating it if needed when `mode` is `readWrite`.
+    init(path: String, mode: Mode = .readWrite, busyTimeout: Double = 5) throws(SQLiteSinkError) {
         var handle: OpaquePointer?
-        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        var name = path
+        var flags = SQLITE_OPEN_NOMUTEX
+        switch mode {
+        case .readWrite: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        case .readOnly: flags |= SQLITE_OPEN_READONLY
+        case .immutable:
+            flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+            let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+            // A URI's path: `?`, `#` and `%` (which urlPathAllowed leaves out) are escaped.
+            let escaped = absolute.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? absolute
+            name = "file://" + escaped + "?immutable=1"
+        }
+        let rc = sqlite3_open_v2(name, &handle, flags, nil)
         guard rc == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
             if let handle { sqlite3_close_v2(handle) }

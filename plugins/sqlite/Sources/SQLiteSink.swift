@@ -506,7 +506,7 @@ public final class SQLiteSink: EventSink {
         if name != nil { conditions.append("\(unindexed)name = ?4") }
         let whereClause = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
         let order = after != nil ? "ASC" : "DESC"
-        let sql = "SELECT id, seq, ts, t, run, trace, span, name, placement, attrs, epoch FROM events\(whereClause) ORDER BY id \(order) LIMIT ?5"
+        let sql = "SELECT \(Self.storedColumns) FROM events\(whereClause) ORDER BY id \(order) LIMIT ?5"
         return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [StoredEvent] in
             let stmt = try db.prepare(sql)
             if let after { stmt.bind(1, after) }
@@ -514,21 +514,31 @@ public final class SQLiteSink: EventSink {
             stmt.bind(3, placement)
             stmt.bind(4, name)
             stmt.bind(5, Int64(limit))
-            var out: [StoredEvent] = []
-            while true {
-                let rc = sqlite3_step(stmt.raw)
-                if rc == SQLITE_DONE { break }
-                guard rc == SQLITE_ROW else { throw db.error("querying events", rc) }
-                guard let runText = stmt.text(4), let trace = stmt.text(5).flatMap(TraceID.init(hex:)),
-                      let span = stmt.text(6).flatMap(SpanID.init(hex:)), let name = stmt.text(7).flatMap(EventName.init(rawValue:)),
-                      let attrs = stmt.text(9).flatMap(decodeAttrs) else { continue }
-                let envelope = Envelope(seq: UInt64(bitPattern: stmt.int64(1)), ts: stmt.double(2), t: stmt.double(3), run: runText,
-                                        trace: trace, span: span, name: name, placement: stmt.text(8), attrs: EventAttributes(attrs))
-                out.append(StoredEvent(id: stmt.int64(0), epoch: stmt.text(10) ?? Self.legacyEpoch, envelope: envelope))
-            }
+            var out = try Self.decodeRows(stmt, on: db)
             if after == nil { out.reverse() }
             return out
         }
+    }
+
+    /// The columns `decodeRows` reads, in its order.
+    static let storedColumns = "id, seq, ts, t, run, trace, span, name, placement, attrs, epoch"
+
+    /// Steps `stmt` (selecting ``storedColumns``) to the end; rows that cannot be decoded (edited by
+    /// hand) are skipped.
+    static func decodeRows(_ stmt: Statement, on db: Connection) throws(SQLiteSinkError) -> [StoredEvent] {
+        var out: [StoredEvent] = []
+        while true {
+            let rc = sqlite3_step(stmt.raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw db.error("querying events", rc) }
+            guard let runText = stmt.text(4), let trace = stmt.text(5).flatMap(TraceID.init(hex:)),
+                  let span = stmt.text(6).flatMap(SpanID.init(hex:)), let name = stmt.text(7).flatMap(EventName.init(rawValue:)),
+                  let attrs = stmt.text(9).flatMap(decodeAttrs) else { continue }
+            let envelope = Envelope(seq: UInt64(bitPattern: stmt.int64(1)), ts: stmt.double(2), t: stmt.double(3), run: runText,
+                                    trace: trace, span: span, name: name, placement: stmt.text(8), attrs: EventAttributes(attrs))
+            out.append(StoredEvent(id: stmt.int64(0), epoch: stmt.text(10) ?? legacyEpoch, envelope: envelope))
+        }
+        return out
     }
 
     /// The runs in the store with their event counts and first/last times, oldest run first.
