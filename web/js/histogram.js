@@ -163,16 +163,20 @@ function textWidth(text) {
 
 /**
  * Lays out the p50 and p95 labels on one line above the plot: p50's ends 4 px left of its marker,
- * p95's starts 4 px right of its own; then, in order (p50, p95, the "+N over" note at the right),
- * each is pushed left to end before the next, and right to start after the one before, inside the
- * chart. Close markers (one call: p50 = p95) thus get labels side by side, never over each other.
- * Only when the line is too short for all of them does p95's go one line down.
+ * p95's starts 4 px right of its own (each on the other side when the chart's edge is too near);
+ * then, in order (p50, p95, the "+N over" note at the right), each is pushed left to end before the
+ * next, and right to start after the one before, inside the chart. Close markers (one call: p50 =
+ * p95) thus get labels side by side, never over each other. Only when the line is too short for all
+ * of them does p95's go one line down.
  */
 function placeMarkLabels(marks, over, width) {
   const GAP = 10, MIN = 2, MAX = width - 2;
   const boxes = marks.map(({ text, mx, side }) => {
     const w = textWidth(text);
-    return { text, w, start: side < 0 ? mx - 4 - w : mx + 4 };
+    // On its own side of the marker, or on the other when the chart's edge is too near.
+    const left = mx - 4 - w, right = mx + 4;
+    const start = side < 0 ? (left >= MIN ? left : right) : (right + w <= MAX ? right : left);
+    return { text, w, start };
   });
   if (over) boxes.push({ text: over, w: textWidth(over), start: Number(over.getAttribute('x')) - textWidth(over), fixed: true });
   // Right to left: each ends before the next starts (the last inside the chart).
