@@ -17,6 +17,10 @@ const state = {
   run: 'live', // '' means all runs
   runs: [],
   runDetail: null,
+  // The server answered 404 for the selected run's detail (no events, nothing stored, no saved simulation).
+  runMissing: false,
+  // Why the selected run could not be loaded (the server did not answer), or null.
+  loadFailure: null,
   placements: [],
   // The selected run's own events, loaded from the server per run: other runs never push them out.
   buffer: new EventBuffer(),
@@ -136,13 +140,38 @@ function renderRunSelect() {
     select.appendChild(new Option(state.run, state.run));
   }
   select.value = state.run;
-  const kind = runKind(state.run);
-  const badge = $('#run-kind');
-  badge.dataset.kind = kind;
-  badge.textContent = kind === 'all' ? 'all runs' : kind;
+  renderBadge();
 
   const tailRun = $('#filter-run');
   setOptions(tailRun, state.runs.map((r) => r.id), 2);
+}
+
+/** The run's kind next to the picker; a run the server does not have is not given a kind. */
+function renderBadge() {
+  const kind = runMissing() ? 'missing' : runKind(state.run);
+  const badge = $('#run-kind');
+  badge.dataset.kind = kind;
+  badge.textContent = { all: 'all runs', missing: 'no such run' }[kind] ?? kind;
+}
+
+/** Whether the selected run does not exist: the server has no detail for it and the page holds none of its events. */
+function runMissing() {
+  return state.runMissing && state.run !== '' && state.buffer.ofRun(state.run).length === 0 && state.placements.length === 0;
+}
+
+/** The run alert: the selected run could not be loaded, or it does not exist. */
+function renderRunAlert() {
+  const alert = $('#run-alert');
+  const run = state.run || 'all runs';
+  let text = '';
+  if (state.loadFailure) {
+    text = `Could not load run ${run}: ${state.loadFailure}. The panels below are empty until it loads; pick the run again to retry.`;
+  } else if (runMissing()) {
+    text = `Run ${run} does not exist: the server has no events, no stored events and no saved simulation with that id. Pick a run in the Run menu.`;
+  }
+  alert.hidden = !text;
+  alert.textContent = text;
+  alert.dataset.reason = state.loadFailure ? 'load-failed' : text ? 'missing' : '';
 }
 
 function runKind(id) {
@@ -167,17 +196,15 @@ async function selectRun(run, { record = true, replace = false } = {}) {
   renderRunSelect();
   state.buffer.clear();
   const token = ++state.loadToken;
-  const alert = $('#run-alert');
-  alert.hidden = true;
+  state.loadFailure = null;
+  state.runMissing = false;
+  renderRunAlert();
   state.query = null;
   closeBin();
   clearZoom();
   const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks(), queryMode() ? runQuery({ render: false }) : null]);
   if (token !== state.loadToken) return;
-  if (!loaded) {
-    alert.hidden = false;
-    alert.textContent = `Could not load run ${run || 'all runs'}: ${state.error?.message ?? 'the server did not answer'}. The panels below are empty until it loads; pick the run again to retry.`;
-  }
+  if (!loaded) state.loadFailure = state.error?.message ?? 'the server did not answer';
   render({ force: true });
 }
 
@@ -212,16 +239,21 @@ async function loadSinks() {
   }
 }
 
+const MISSING = Symbol('no such run');
+
 async function loadAggregates() {
   const run = state.run === '' ? null : state.run;
   try {
     const [placements, detail] = await Promise.all([
       api.placements(run),
-      run ? api.run(run).catch(() => null) : Promise.resolve(null),
+      // 404: the server has no such run ('live', the app's run, exists before its first event).
+      run ? api.run(run).catch((error) => (error.status === 404 && run !== 'live' ? MISSING : null)) : Promise.resolve(null),
     ]);
     if ((placements.run ?? null) !== run && placements.run !== undefined) return; // a newer selection won
+    if (run !== (state.run === '' ? null : state.run)) return;
     state.placements = Array.isArray(placements.placements) ? placements.placements : [];
-    state.runDetail = detail;
+    state.runMissing = detail === MISSING;
+    state.runDetail = detail === MISSING ? null : detail;
     state.error = null;
   } catch (error) {
     note(error);
@@ -643,17 +675,24 @@ function render({ force = false } = {}) {
   setLatestSeq(latestSeq);
   if (state.paused && !force) return;
   const events = viewEvents();
-  const nothing = state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
+  const missing = runMissing();
+  const nothing = !missing && state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
     && !hasStrategies(state.runDetail) && !state.runs.some((r) => r.events > 0 || r.kind === 'simulation');
   $('#empty-state').hidden = !nothing;
   document.body.classList.toggle('is-empty', nothing);
+  renderBadge();
+  renderRunAlert();
 
-  const simulation = hasStrategies(state.runDetail);
   renderStrategies($('#strategies'), state.runDetail);
   // With a filter, the placements of the matching calls (their counts are calls, a preload's too).
   renderPlacements($('#placements'), queryMode() ? state.query?.placements ?? [] : state.placements, { calls: queryMode() });
-  // A saved simulation has no events: its strategies are the whole story.
-  for (const id of ['#summary', '#placements', '#waterfall', '.split']) $(id).hidden = simulation && events.length === 0;
+  // A saved simulation has no events (no calls): its strategies are the whole story, and the
+  // call panels, the Calls filter bar and Pause (nothing there moves) would do nothing. A run that
+  // does not exist has nothing to show either.
+  const simulationOnly = hasStrategies(state.runDetail) && state.run !== '' && state.buffer.ofRun(state.run).length === 0;
+  for (const id of ['#summary', '#placements', '#waterfall', '.split', '#filters']) $(id).hidden = simulationOnly || missing;
+  $('#pause').hidden = simulationOnly;
+  document.body.dataset.view = missing ? 'missing' : simulationOnly ? 'simulation' : 'calls';
   renderKpis(events);
 
   renderFilterStatus();

@@ -77,7 +77,7 @@ struct DashboardBrowserTests {
         #expect(alert.contains("Sink archive (otlp) is down: 127.0.0.1:4318: connection refused"), "\(alert)")
     }
 
-    @Test("a simulation run with a sweep shows a chart per placement with the recommended point ringed")
+    @Test("a simulation run with a sweep shows a chart per placement as the --out report does: percent ticks on a fitted range, a legend per strategy in its line's colour, the recommended point ringed; no call panels, Calls filter bar or Pause")
     func sweepChart() throws {
         guard let chromium = Chromium.executable() else {
             Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
@@ -110,7 +110,110 @@ struct DashboardBrowserTests {
         // Two panels (targeting, p95), each with both strategies; the recommendation ringed in each
         // panel of main_paywall only (onboarding has none).
         #expect(HTMLSlice.count(of: "class=\"recommended\"", in: dom) == 2)
-        #expect(HTMLSlice.count(of: "data-strategy=\"orDefault 3 s\"", in: dom) == 4)
+        #expect(HTMLSlice.count(of: "<path d=", in: main) >= 4, "a line per strategy and panel")
+        #expect(HTMLSlice.count(of: "data-strategy=\"orDefault 3 s\"", in: dom) == 6, "its two lines and its legend entry, per placement")
+
+        // In a laid-out page: the ticks, the legend's colours against the lines', what is hidden.
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(stack.baseURL)/?stream=off#run=sim%3Asweep")
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelector('svg.chart.sweep') !== null"))
+        let figure = "document.querySelector('figure.sweep-figure[data-placement=\"main_paywall\"]')"
+        func ticks(_ panel: String) throws -> [String] {
+            let list = try browser.evaluate("JSON.stringify([...\(figure).querySelectorAll('g[data-panel=\"\(panel)\"] text.y-tick')].map((t) => t.textContent))")
+            return try JSON5.parse(list.stringValue ?? "[]").arrayValue?.compactMap(\.stringValue) ?? []
+        }
+        // Intervals reach down to 0.89: the axis starts at 85% (rounded down to 5%), as the report's.
+        let percents = try ticks("targetingCorrect")
+        #expect(percents.count == 5 && percents.first == "85.0%" && percents.last == "100.0%", "targeting ticks: \(percents)")
+        #expect(percents.allSatisfy { $0.range(of: #"^\d{1,3}\.\d%$"#, options: .regularExpression) != nil }, "every tick a percentage: \(percents)")
+        // p95: 0 to 1.08 × the highest interval end (3.3 s): 3.564 s.
+        let seconds = try ticks("timeToFlowP95")
+        #expect(seconds.first == "0" && seconds.last == "3.56s", "p95 ticks: \(seconds)")
+        let legend = try browser.evaluate("JSON.stringify([...\(figure).querySelectorAll('.sweep-legend li[data-strategy]')].map((li) => li.textContent))")
+        #expect(legend.stringValue == #"["atPaywall T=5","orDefault 3 s (not swept)"]"#, "one legend entry per strategy: \(legend)")
+        #expect(try browser.evaluate("\(figure).querySelector('.sweep-legend .legend-recommended')?.textContent") == "recommended")
+        // Each entry's swatch has its line's colour (the dashed swatch its border's).
+        let colours = try browser.evaluate("""
+            JSON.stringify([...\(figure).querySelectorAll('.sweep-legend li[data-strategy]')].map((li) => {
+              const swatch = getComputedStyle(li.querySelector('.swatch'));
+              const line = \(figure).querySelector(`path.cdf-line[data-strategy="${li.dataset.strategy}"]`);
+              const paint = swatch.backgroundColor === 'rgba(0, 0, 0, 0)' ? swatch.borderTopColor : swatch.backgroundColor;
+              return [paint, line ? getComputedStyle(line).stroke : null];
+            }))
+            """).stringValue ?? ""
+        let pairs = (try JSON5.parse(colours).arrayValue ?? []).map { $0.arrayValue?.map { $0.stringValue ?? "" } ?? [] }
+        #expect(pairs.count == 2, "\(colours)")
+        for pair in pairs { #expect(pair.count == 2 && pair[0] == pair[1] && !pair[0].isEmpty, "legend swatch and line colour: \(colours)") }
+        #expect(pairs.count == 2 && pairs[0].first != pairs[1].first, "two strategies, two colours: \(colours)")
+        for selector in ["#filters", "#pause", "#summary", "#placements", "#waterfall"] {
+            #expect(try browser.evaluate("document.querySelector('\(selector)').hidden && document.querySelector('\(selector)').offsetParent === null") == .bool(true),
+                    "\(selector) is not shown for a simulation run")
+        }
+        #expect(try browser.evaluate("document.querySelector('#run-kind').textContent") == "simulation")
+    }
+
+    @Test("a run the server does not have (404) is said not to exist, without a kind badge, empty call panels or the filter bar; 'live' with no events still shows how to produce some")
+    func missingRun() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let stack = try DashboardStack()
+        #expect(try stack.fixture.connect().request("GET", "/api/runs/doesnotexist").status == 404)
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off#run=doesnotexist")
+        #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
+        let alert = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"run-alert\""))
+        #expect(!alert.prefix { $0 != ">" }.contains(" hidden"), "the run alert is shown: \(alert)")
+        #expect(HTMLSlice.texts(in: alert).joined().contains("Run doesnotexist does not exist"), "\(alert)")
+        let badge = try #require(HTMLSlice.element(in: dom, startingWith: "<span id=\"run-kind\""))
+        #expect(badge.contains("data-kind=\"missing\"") && HTMLSlice.texts(in: badge) == ["no such run"], "no TEST badge: \(badge)")
+        for id in ["filters", "summary", "placements", "waterfall", "empty-state"] {
+            let tag = try #require(HTMLSlice.element(in: dom, startingWith: "<section id=\"\(id)\"") ?? HTMLSlice.element(in: dom, startingWith: "<div id=\"\(id)\""))
+            #expect(tag.prefix { $0 != ">" }.contains(" hidden"), "\(id) hidden for a run that does not exist")
+        }
+
+        let live = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off#run=live")
+        let liveAlert = try #require(HTMLSlice.element(in: live, startingWith: "<div id=\"run-alert\""))
+        #expect(liveAlert.prefix { $0 != ">" }.contains(" hidden"), "live exists before its first event: \(liveAlert)")
+        let empty = try #require(HTMLSlice.element(in: live, startingWith: "<div id=\"empty-state\""))
+        #expect(!empty.prefix { $0 != ">" }.contains(" hidden"))
+    }
+
+    @Test("a run of a single call: the histogram's p50 and p95 labels do not overlap, and the waterfall's TARGETING LOST label stays inside the chart")
+    func singleCallLabels() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.call(run: "live", placement: "main_paywall", t: 10, source: "defaultAudience", duration: 0.35, targetingLost: true))
+        try stack.waitForFetches(placement: "main_paywall", count: 1)
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(stack.baseURL)/?stream=off#run=live")
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelectorAll('#histogram-chart .pmark text').length === 2 && document.querySelector('#waterfall-chart .wf-flag') !== null"))
+        do {
+            let boxes = try browser.evaluate("""
+                JSON.stringify((() => {
+                  const box = (n) => { const r = n.getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]; };
+                  const hist = document.querySelector('#histogram-chart svg');
+                  const wf = document.querySelector('#waterfall-chart svg');
+                  const label = document.querySelector('#waterfall-chart .wf-flag').closest('text');
+                  return { hist: box(hist), p50: box(hist.querySelector('.pmark.p50 text')), p95: box(hist.querySelector('.pmark.p95 text')),
+                           wf: box(wf), label: box(label), text: label.textContent };
+                })())
+                """).stringValue ?? ""
+            let b = try JSON5.parse(boxes)
+            func r(_ key: String) -> [Double] { b[key]?.arrayValue?.compactMap(\.numberValue) ?? [] }
+            let (hist, p50, p95, wf, label) = (r("hist"), r("p50"), r("p95"), r("wf"), r("label"))
+            try #require(hist.count == 4 && p50.count == 4 && p95.count == 4 && wf.count == 4 && label.count == 4, "\(boxes)")
+            let apart = p50[1] <= p95[0] || p95[1] <= p50[0] || p50[3] <= p95[2] || p95[3] <= p50[2]
+            #expect(apart, "p50 and p95 labels overlap: \(boxes)")
+            #expect(p50[0] >= hist[0] && p95[1] <= hist[1] && p50[1] <= hist[1] && p95[0] >= hist[0], "labels inside the histogram: \(boxes)")
+            #expect(b["text"]?.stringValue == "defaultAudiencetargeting lost", "\(boxes)")
+            #expect(label[1] <= wf[1] && label[0] >= wf[0], "TARGETING LOST inside the waterfall: \(boxes)")
+        }
     }
 
     @Test("with no events the dashboard says how to produce some")
@@ -277,7 +380,7 @@ enum DemoCalls {
     }
 
     /// One getFlow call: fetch.start, a targeted request, fetch.end.
-    static func call(run: String, placement: String, t: Double, source: String, duration: Double) -> [JSONValue] {
+    static func call(run: String, placement: String, t: Double, source: String, duration: Double, targetingLost: Bool = false) -> [JSONValue] {
         let trace = hex(32), root = hex(16), request = hex(16)
         return [
             envelope(run: run, trace: trace, span: root, name: "fetch.start", placement: placement, t: t,
@@ -288,7 +391,7 @@ enum DemoCalls {
                      attrs: ["kind": "targeted", "outcome": "ok", "status": 200, "duration": .number(duration), "bytes": 326]),
             envelope(run: run, trace: trace, span: root, name: "fetch.end", placement: placement, t: t + duration,
                      attrs: ["call": "getFlow", "source": .string(source), "variation": "all-A", "audience": "iOS US",
-                             "targetingLost": false, "duration": .number(duration)]),
+                             "targetingLost": .bool(targetingLost), "duration": .number(duration)]),
         ]
     }
 

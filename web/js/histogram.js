@@ -130,28 +130,78 @@ export function renderHistogram(container, samples, { onBin, current, listed = n
   });
   root.appendChild(bars);
 
-  // Labels above the plot: p50 to the left of its line, p95 to the right, unless the edge is too near.
+  // Labels above the plot: p50 to the left of its line, p95 to the right; laid out once drawn (below).
+  const marks = [];
   for (const [label, v] of [['p50', p50], ['p95', p95]]) {
     const mx = x(v);
     const m = svg('g', { class: `pmark ${label}` });
     m.appendChild(svg('line', { x1: mx, x2: mx, y1: PAD.top - 4, y2: PAD.top + plotH }));
-    let anchor = label === 'p50' ? 'end' : 'start';
-    if (anchor === 'end' && mx < PAD.left + 70) anchor = 'start';
-    if (anchor === 'start' && mx > width - PAD.right - 70) anchor = 'end';
-    // Both labels to the right and close together: p95's goes one line down.
-    const p50Start = x(p50) < PAD.left + 70;
-    const dy = label === 'p95' && p50Start && anchor === 'start' && mx - x(p50) < 90 ? 14 : 0;
-    m.appendChild(svg('text', { x: anchor === 'end' ? mx - 4 : mx + 4, y: PAD.top - 8 + dy, 'text-anchor': anchor }, `${label} ${fmt.duration(v)}`));
+    const text = svg('text', { x: mx, y: PAD.top - 8, 'text-anchor': 'start' }, `${label} ${fmt.duration(v)}`);
+    m.appendChild(text);
     tooltip(m, `${label}: ${fmt.duration(v)}`);
     root.appendChild(m);
+    marks.push({ text, mx, side: label === 'p50' ? -1 : 1 });
   }
+  let over = null;
   if (beyond) {
-    root.appendChild(svg('text', { x: width - PAD.right, y: PAD.top - 8, class: 'axis-label', 'text-anchor': 'end' },
-      `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`));
+    over = svg('text', { x: width - PAD.right, y: PAD.top - 8, class: 'axis-label over-label', 'text-anchor': 'end' },
+      `+${beyond} over ${fmt.axisDuration(xMax)} (last bin)`);
+    root.appendChild(over);
   }
   container.appendChild(root);
+  placeMarkLabels(marks, over, width);
   markListedRange(root, listed);
   return { p50, p95, count: samples.length, bins };
+}
+
+/** A text's drawn width; its estimate (11 px tabular figures) while the chart is not laid out (hidden). */
+function textWidth(text) {
+  let w = 0;
+  try { w = text.getComputedTextLength(); } catch { w = 0; }
+  return w > 0 ? w : text.textContent.length * 6.6;
+}
+
+/**
+ * Lays out the p50 and p95 labels on one line above the plot: p50's ends 4 px left of its marker,
+ * p95's starts 4 px right of its own (each on the other side when the chart's edge is too near);
+ * then, in order (p50, p95, the "+N over" note at the right), each is pushed left to end before the
+ * next, and right to start after the one before, inside the chart. Close markers (one call: p50 =
+ * p95) thus get labels side by side, never over each other. Only when the line is too short for all
+ * of them does p95's go one line down.
+ */
+function placeMarkLabels(marks, over, width) {
+  const GAP = 10, MIN = 2, MAX = width - 2;
+  const boxes = marks.map(({ text, mx, side }) => {
+    const w = textWidth(text);
+    // On its own side of the marker, or on the other when the chart's edge is too near.
+    const left = mx - 4 - w, right = mx + 4;
+    const start = side < 0 ? (left >= MIN ? left : right) : (right + w <= MAX ? right : left);
+    return { text, w, start };
+  });
+  if (over) boxes.push({ text: over, w: textWidth(over), start: Number(over.getAttribute('x')) - textWidth(over), fixed: true });
+  // Right to left: each ends before the next starts (the last inside the chart).
+  for (let i = boxes.length - 1; i >= 0; i -= 1) {
+    const limit = i === boxes.length - 1 ? MAX : boxes[i + 1].start - GAP;
+    if (!boxes[i].fixed && boxes[i].start + boxes[i].w > limit) boxes[i].start = limit - boxes[i].w;
+  }
+  // Left to right: each starts after the one before ends (the first inside the chart).
+  for (let i = 0; i < boxes.length; i += 1) {
+    const limit = i === 0 ? MIN : boxes[i - 1].start + boxes[i - 1].w + GAP;
+    if (!boxes[i].fixed && boxes[i].start < limit) boxes[i].start = limit;
+  }
+  const fits = boxes.every((b, i) => b.start >= MIN - 0.01 && b.start + b.w <= MAX + 0.01
+    && (i === 0 || b.start >= boxes[i - 1].start + boxes[i - 1].w + GAP - 0.01));
+  for (const [i, b] of boxes.entries()) {
+    if (b.fixed) continue;
+    b.text.setAttribute('x', String(b.start));
+    b.text.setAttribute('text-anchor', 'start');
+    if (!fits && i === 1) {
+      // No room on one line: p95's label one line down, inside the chart.
+      const start = Math.min(Math.max(MIN, marks[1].mx + 4), MAX - b.w);
+      b.text.setAttribute('x', String(start));
+      b.text.setAttribute('y', String(Number(b.text.getAttribute('y')) + 14));
+    }
+  }
 }
 
 /**

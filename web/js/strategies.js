@@ -67,9 +67,35 @@ export function renderStrategies(section, detail) {
   renderSweep(chart, detail);
 }
 
+/** A share as an axis percentage with one decimal ("85.0%", "96.3%"), as the `--out` report writes it. */
+export function axisPercent(v) {
+  return Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : '–';
+}
+
+/**
+ * The y ranges of a sweep chart, by the `--out` report's rule (StrategyLabReport.swift): targeting
+ * correct from the lowest 95% interval's low end, rounded down to 5%, up to 100%; time-to-flow p95
+ * from 0 to 1.08 × the highest of the intervals' high ends and the p95 bound, at least 0.5 s.
+ * A point without an interval counts with its value.
+ */
+export function sweepRanges(curves, maxP95) {
+  const points = curves.flatMap((c) => (Array.isArray(c?.points) ? c.points : []));
+  const end = (p, ci, key, i) => (Array.isArray(p[ci]) && Number.isFinite(p[ci][i]) ? p[ci][i] : p[key]);
+  const lows = points.map((p) => end(p, 'targetingCorrectCI', 'targetingCorrect', 0)).filter(Number.isFinite);
+  const highs = points.map((p) => end(p, 'timeToFlowP95CI', 'timeToFlowP95', 1)).filter(Number.isFinite);
+  if (Number.isFinite(maxP95)) highs.push(maxP95);
+  let tcLo = lows.length ? Math.max(0, Math.floor(Math.min(...lows) * 20) / 20) : 0;
+  if (tcLo >= 1) tcLo = 0.95; // every interval at 100%: a 5% band still shows the line
+  const p95Hi = Math.max(0.5, (highs.length ? Math.max(...highs) : 0) * 1.08);
+  return { targetingCorrect: [tcLo, 1], timeToFlowP95: [0, p95Hi] };
+}
+
 /**
  * A run with a sweep (`simulate --sweep`): per placement, targeting correct and time-to-flow p95
- * against the swept value, one line per strategy, the p95 bound dashed and the recommendation ringed.
+ * against the swept value, one line per strategy (dots at the swept values with their 95% intervals;
+ * a strategy the parameter does not apply to dashed across), the p95 bound dashed, the
+ * recommendation ringed, and a legend naming each strategy in its line's colour. The y ranges and
+ * ticks follow the `--out` report.
  */
 function renderSweep(container, detail) {
   const sweep = detail.sweep;
@@ -78,60 +104,101 @@ function renderSweep(container, detail) {
   if (!xs.length) return;
   const xMin = Math.min(...xs), xMax = Math.max(...xs), xSpan = xMax > xMin ? xMax - xMin : 1;
   const bound = Number.isFinite(sweep.maxP95) ? sweep.maxP95 : null;
+  // Ticks at swept values: at most six, evenly spread (as the report).
+  const every = Math.max(1, Math.floor((xs.length + 5) / 6));
+  const xTicks = xs.filter((_, i) => i % every === 0);
+  container.appendChild(el('p', 'sweep-note',
+    `Sweep of ${sweep.parameter} over ${xs.length} values, per placement: targeting correct (left) and time-to-flow p95 (right)` +
+    `${bound !== null ? `; the dashed line is the p95 bound (${fmt.duration(bound)})` : ''}; the ringed point is the recommendation; bars are 95% intervals.`));
   for (const [placement, curves] of Object.entries(sweep.placements)) {
     if (!Array.isArray(curves)) continue;
     const rec = detail.recommendation?.[placement];
+    const ranges = sweepRanges(curves, bound);
     const width = Math.max(container.clientWidth || 700, 360), height = 220, panelW = (width - 16) / 2;
+    const figure = el('figure', 'sweep-figure', null, { 'data-placement': placement });
     const root = svg('svg', {
       class: 'chart sweep', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', 'data-placement': placement,
       'aria-label': `${placement}: targeting correct and time-to-flow p95 against ${sweep.parameter}`,
     });
-    const p95s = curves.flatMap((c) => (c.points ?? []).map((p) => p.timeToFlowP95)).filter(Number.isFinite);
     const panels = [
-      { key: 'targetingCorrect', title: `${placement} · targeting correct`, lo: 0, hi: 1, text: (v) => fmt.percent(v, 0) },
-      { key: 'timeToFlowP95', title: `${placement} · time to flow p95`, lo: 0, hi: Math.max(bound ?? 0, ...p95s, 0.5) * 1.08, text: fmt.axisDuration },
+      { key: 'targetingCorrect', ci: 'targetingCorrectCI', title: `${placement} · targeting correct`, range: ranges.targetingCorrect, text: axisPercent },
+      { key: 'timeToFlowP95', ci: 'timeToFlowP95CI', title: `${placement} · time to flow p95`, range: ranges.timeToFlowP95, text: fmt.axisDuration },
     ];
     panels.forEach((panel, n) => {
+      const [lo, hi] = panel.range;
       const ox = n * (panelW + 16);
       const x = (v) => ox + PAD.left + ((v - xMin) / xSpan) * (panelW - PAD.left - PAD.right);
-      const y = (v) => PAD.top + (1 - (v - panel.lo) / (panel.hi - panel.lo || 1)) * (height - PAD.top - PAD.bottom);
-      const g = svg('g', { class: 'grid-lines' });
+      const y = (v) => PAD.top + (1 - (v - lo) / (hi - lo || 1)) * (height - PAD.top - PAD.bottom);
+      const g = svg('g', { class: 'grid-lines', 'data-panel': panel.key });
       for (let i = 0; i <= 4; i++) {
-        const v = panel.lo + ((panel.hi - panel.lo) * i) / 4;
+        const v = lo + ((hi - lo) * i) / 4;
         g.appendChild(svg('line', { x1: ox + PAD.left, x2: ox + panelW - PAD.right, y1: y(v), y2: y(v), class: 'gridline' }));
-        g.appendChild(svg('text', { x: ox + PAD.left - 6, y: y(v) + 4, class: 'axis-label', 'text-anchor': 'end' }, panel.text(v)));
+        g.appendChild(svg('text', { x: ox + PAD.left - 6, y: y(v) + 4, class: 'axis-label y-tick', 'text-anchor': 'end' }, panel.text(v)));
       }
-      for (const v of [xMin, (xMin + xMax) / 2, xMax]) {
-        g.appendChild(svg('text', { x: x(v), y: height - PAD.bottom + 16, class: 'axis-label', 'text-anchor': 'middle' }, `${+v.toFixed(2)}`));
+      for (const v of xTicks) {
+        g.appendChild(svg('text', { x: x(v), y: height - PAD.bottom + 16, class: 'axis-label x-tick', 'text-anchor': 'middle' }, `${+v.toFixed(2)}`));
       }
       g.appendChild(svg('text', { x: ox + PAD.left, y: PAD.top - 2, class: 'axis-title' }, panel.title));
       g.appendChild(svg('text', { x: ox + panelW / 2, y: height - 4, class: 'axis-title', 'text-anchor': 'middle' }, `${sweep.parameter} (s)`));
       root.appendChild(g);
       if (n === 1 && bound !== null) {
-        root.appendChild(svg('line', { x1: ox + PAD.left, x2: ox + panelW - PAD.right, y1: y(bound), y2: y(bound), class: 'gridline', 'stroke-dasharray': '5 4' }));
+        const line = svg('line', { x1: ox + PAD.left, x2: ox + panelW - PAD.right, y1: y(bound), y2: y(bound), class: 'bound-line', 'stroke-dasharray': '5 4' });
+        tooltip(line, `p95 bound: ${fmt.duration(bound)}`);
+        root.appendChild(line);
       }
       curves.forEach((c, i) => {
         const pts = (c.points ?? []).filter((p) => Number.isFinite(p[panel.key]));
         if (!pts.length) return;
         const flat = pts.length === 1 && pts[0].value === null;
+        const swept = pts.filter((p) => Number.isFinite(p.value));
         const d = flat
           ? `M${x(xMin).toFixed(1)},${y(pts[0][panel.key]).toFixed(1)} L${x(xMax).toFixed(1)},${y(pts[0][panel.key]).toFixed(1)}`
-          : pts.filter((p) => Number.isFinite(p.value)).map((p, k) => `${k ? 'L' : 'M'}${x(p.value).toFixed(1)},${y(p[panel.key]).toFixed(1)}`).join(' ');
+          : swept.map((p, k) => `${k ? 'L' : 'M'}${x(p.value).toFixed(1)},${y(p[panel.key]).toFixed(1)}`).join(' ');
         const path = svg('path', { d, class: `cdf-line series-${i % SERIES}`, 'data-strategy': c.strategy ?? '', 'stroke-dasharray': flat ? '2 3' : null });
         tooltip(path, `${c.strategy}${flat ? ` (${sweep.parameter} does not apply)` : ''}`);
         root.appendChild(path);
+        if (!flat) {
+          for (const p of swept) {
+            const ci = Array.isArray(p[panel.ci]) && p[panel.ci].every(Number.isFinite) ? p[panel.ci] : null;
+            if (ci) root.appendChild(svg('line', { x1: x(p.value), x2: x(p.value), y1: y(ci[0]), y2: y(ci[1]), class: `interval series-${i % SERIES}` }));
+            const dot = svg('circle', { cx: x(p.value), cy: y(p[panel.key]), r: 2, class: `dot series-${i % SERIES}` });
+            tooltip(dot, `${c.strategy} at ${p.value}: ${axisPercent(p.targetingCorrect)}, p95 ${fmt.duration(p.timeToFlowP95)}`);
+            root.appendChild(dot);
+          }
+        }
         if (rec && rec.strategy === c.strategy) {
           const hit = flat ? pts[0] : pts.find((p) => p.value === (sweep.parameter === 'loadTimeout' ? rec.loadTimeout : rec[sweep.parameter]));
           if (hit) {
-            const ring = svg('circle', { cx: x(flat ? xMin : hit.value), cy: y(hit[panel.key]), r: 6, class: 'recommended', fill: 'none', stroke: 'currentColor', 'stroke-width': 2 });
+            const ring = svg('circle', { cx: x(flat ? xMin : hit.value), cy: y(hit[panel.key]), r: 7, class: 'recommended', fill: 'none', stroke: 'currentColor', 'stroke-width': 2 });
             tooltip(ring, `recommended: ${c.strategy}${flat ? '' : ` at ${hit.value}`}`);
             root.appendChild(ring);
           }
         }
       });
     });
-    container.appendChild(root);
+    figure.appendChild(root);
+    figure.appendChild(sweepLegend(curves, Boolean(rec)));
+    container.appendChild(figure);
   }
+}
+
+/** The legend under a sweep chart: each strategy in its line's colour (dashed: not swept), and the ring. */
+function sweepLegend(curves, recommended) {
+  const list = el('ul', 'legend sweep-legend', null, { 'aria-label': 'Strategies' });
+  curves.forEach((c, i) => {
+    const flat = !(c.points ?? []).some((p) => Number.isFinite(p?.value));
+    const li = el('li', null, null, { 'data-strategy': c.strategy ?? '' });
+    li.appendChild(el('span', `swatch series-${i % SERIES}${flat ? ' dashed' : ''}`, null, { 'aria-hidden': 'true' }));
+    li.appendChild(el('span', null, `${c.strategy ?? `strategy ${i + 1}`}${flat ? ' (not swept)' : ''}`));
+    list.appendChild(li);
+  });
+  if (recommended) {
+    const li = el('li', 'legend-recommended');
+    li.appendChild(el('span', 'ring-mark', null, { 'aria-hidden': 'true' }));
+    li.appendChild(el('span', null, 'recommended'));
+    list.appendChild(li);
+  }
+  return list;
 }
 
 function metricCell(text, isBest) {

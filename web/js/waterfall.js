@@ -120,6 +120,7 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
   if (onZoom && !fit) root.appendChild(zoomHandle(root, { trackX, trackW, axisMin, axisMax, onZoom }));
 
   let y = AXIS_H + 4;
+  const tails = []; // the labels after call bars, kept inside the chart once drawn (fitTailLabels)
   for (const c of calls) {
     const rows = 1 + c.requests.length;
     const groupH = CALL_H + c.requests.length * REQ_H;
@@ -175,6 +176,7 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
       const tail = svg('text', { x: bx + bw + 6, y: y + CALL_H / 2 + 3, class: `wf-bar-label${hasError || failedCount ? ' bad' : ''}` }, outcome);
       if (c.targetingLost) tail.appendChild(svg('tspan', { class: 'wf-flag', dx: 8 }, 'targeting lost'));
       g.appendChild(tail);
+      tails.push({ text: tail, barEnd: bx + bw });
     }
 
     // Requests.
@@ -250,7 +252,27 @@ export function renderWaterfall(container, calls, { onSelect, onCurrent, selecte
     void rows;
   }
   container.appendChild(root);
+  fitTailLabels(tails, width);
   return root;
+}
+
+/**
+ * A call's label (its outcome, TARGETING LOST) goes after its bar; when that would run past the
+ * chart's right edge (a bar reaching the axis end, as a single call's does), it ends inside the bar
+ * instead, on a halo of the panel's colour (class `inside`), so that it is never clipped.
+ */
+function fitTailLabels(tails, width) {
+  const right = width - 4;
+  for (const { text, barEnd } of tails) {
+    let w = 0;
+    try { w = text.getBBox().width; } catch { w = 0; }
+    // Not laid out (a hidden panel): estimated from its text (uppercase flag letters are wider).
+    if (!(w > 0)) w = [...text.childNodes].reduce((n, node) => n + (node.nodeType === 3 ? node.textContent.length * 6.4 : node.textContent.length * 8 + 8), 0);
+    if (Number(text.getAttribute('x')) + w <= right) continue;
+    text.setAttribute('x', String(Math.min(barEnd - 6, right)));
+    text.setAttribute('text-anchor', 'end');
+    text.classList.add('inside');
+  }
 }
 
 /** Tick values from `lo` to `hi` in steps of 1, 2, 2.5 or 5 times a power of ten. */
