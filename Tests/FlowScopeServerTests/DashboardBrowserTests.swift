@@ -151,6 +151,9 @@ struct DashboardBrowserTests {
                     "\(selector) is not shown for a simulation run")
         }
         #expect(try browser.evaluate("document.querySelector('#run-kind').textContent") == "simulation")
+        // The strategies table gives targeting correct to one decimal, as the CLI's table does.
+        let cell = try browser.evaluate("document.querySelector('tr[data-strategy=\"atPaywall T=5 [loadTimeout=2]\"] td')?.textContent")
+        #expect(cell == "95.0%", "targeting correct cell: \(cell)")
     }
 
     @Test("a run the server does not have (404) is said not to exist, without a kind badge, empty call panels or the filter bar; 'live' with no events still shows how to produce some")

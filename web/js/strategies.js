@@ -35,7 +35,9 @@ export function renderStrategies(section, detail) {
     label.appendChild(el('span', null, s.name ?? `strategy ${i + 1}`, { title: s.name ?? '' }));
     name.appendChild(label);
     tr.appendChild(name);
-    tr.appendChild(metricCell(fmt.percent(s.targetingCorrect, 1), s.targetingCorrect === best.targetingCorrect));
+    // One decimal, as the CLI's table: strategies are often within a point of each other.
+    const correct = Number.isFinite(s.targetingCorrect) ? `${(100 * s.targetingCorrect).toFixed(1)}%` : '–';
+    tr.appendChild(metricCell(correct, s.targetingCorrect === best.targetingCorrect));
     const t = s.timeToFlow ?? {};
     for (const q of ['p50', 'p95', 'p99']) tr.appendChild(metricCell(fmt.duration(t[q]), t[q] === best[q]));
     const barCell = el('td', 'bar-col');
