@@ -101,7 +101,12 @@ struct DashboardBrowserTests {
             "recommendation": ["main_paywall": ["strategy": "atPaywall T=5", "loadTimeout": 3, "targetingCorrect": 0.97,
                                                 "timeToFlow": ["p95": 3]]],
         ]
-        let stack = try DashboardStack(simulations: SimulationRuns(list: { [run] }, find: { $0 == "sim:sweep" ? run : nil }))
+        // The same run without its sweep: the strategies table, as a plain `simulate` run shows it.
+        var plain = run.objectValue ?? [:]
+        plain["id"] = "sim:plain"
+        plain["sweep"] = nil
+        let runs: [String: JSONValue] = ["sim:sweep": run, "sim:plain": .object(plain)]
+        let stack = try DashboardStack(simulations: SimulationRuns(list: { Array(runs.values) }, find: { runs[$0] }))
         let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off#run=sim%3Asweep")
         #expect(dom.contains("data-ready=\"true\""), "the page never finished loading: \(dom.prefix(400))")
         let main = try #require(HTMLSlice.element(in: dom, startingWith: "<svg class=\"chart sweep\"") , "no sweep chart")
@@ -151,7 +156,14 @@ struct DashboardBrowserTests {
                     "\(selector) is not shown for a simulation run")
         }
         #expect(try browser.evaluate("document.querySelector('#run-kind').textContent") == "simulation")
-        // The strategies table gives targeting correct to one decimal, as the CLI's table does.
+        // The sweep's curves replace the table (a row per strategy and value) and the CDF chart, as in the report.
+        #expect(try browser.evaluate("document.querySelector('#strategies .table-wrap').hidden") == .bool(true))
+        #expect(try browser.evaluate("document.querySelectorAll('#strategies svg.chart.cdf').length") == .number(0))
+
+        // Without a sweep: the table, with targeting correct to one decimal as the CLI's table gives it.
+        try browser.open("\(stack.baseURL)/?stream=off#run=sim%3Aplain")
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelector('#strategies tbody tr') !== null"))
+        #expect(try browser.evaluate("document.querySelector('#strategies .table-wrap').hidden") == .bool(false))
         let cell = try browser.evaluate("document.querySelector('tr[data-strategy=\"atPaywall T=5 [loadTimeout=2]\"] td')?.textContent")
         #expect(cell == "95.0%", "targeting correct cell: \(cell)")
     }

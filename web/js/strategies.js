@@ -25,6 +25,14 @@ export function renderStrategies(section, detail) {
   if (Number.isFinite(detail.throughput?.callsPerSecond)) parts.push(`${fmt.compact(detail.throughput.callsPerSecond)} calls/s simulated`);
   note.textContent = parts.join(' · ');
 
+  // With a sweep the table would have a row per strategy and swept value, and the chart a line for
+  // each: the sweep's curves replace both, as in the `--out` report (the run's JSON has every row).
+  const swept = Array.isArray(detail.sweep?.values) && detail.sweep.values.length > 0;
+  section.querySelector('.table-wrap').hidden = swept;
+  if (swept) {
+    renderSweep(chart, detail);
+    return;
+  }
   const list = detail.strategies;
   const best = bestValues(list);
   list.forEach((s, i) => {
