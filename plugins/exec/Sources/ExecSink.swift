@@ -129,8 +129,9 @@ public final class ExecSink: EventSink {
         }
     }
 
-    /// Flushes, closes the program's stdin (it sees end of file), waits up to 2 s for it to exit
-    /// and terminates it otherwise. What is still buffered is counted as lost. Idempotent.
+    /// Flushes, closes the program's stdin (it sees end of file), waits up to 2 s for it to exit,
+    /// then sends SIGTERM (and SIGKILL 2 s later). What is still buffered is counted as lost.
+    /// Idempotent.
     public func close() {
         flush()
         let first = state.withLock { state -> Bool in
@@ -249,28 +250,27 @@ public final class ExecSink: EventSink {
             }
             return
         }
-        let readEnd = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+        let readFD = fds[0]
         let writeFD = fds[1]
         _ = fcntl(writeFD, F_SETFL, fcntl(writeFD, F_GETFL) | O_NONBLOCK)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = Array(command.dropFirst())
-        process.standardInput = readEnd
-        process.terminationHandler = { [weak self] ended in self?.programExited(ended) }
         let started = now()
+        let process: ChildProgram
         do {
-            try process.run()
+            process = try ChildProgram.start(executable: executable, arguments: Array(command.dropFirst()),
+                                             standardInput: readFD) { [weak self] ended, exit in
+                self?.programExited(ended, exit)
+            }
         } catch {
             systemClose(writeFD)
-            try? readEnd.close()
+            systemClose(readFD)
             state.withLock { state in
                 state.startFailures += 1
-                state.lastError = "\(executable): \(error.localizedDescription)"
+                state.lastError = "\(executable): \(error)"
                 scheduleRestart(&state)
             }
             return
         }
-        try? readEnd.close()
+        systemClose(readFD)
         let ownFD = writeFD
         state.withLock { state in
             state.process = process
@@ -282,10 +282,10 @@ public final class ExecSink: EventSink {
         }
     }
 
-    private func programExited(_ process: Process) {
+    private func programExited(_ process: ChildProgram, _ exit: ChildProgram.Exit) {
         state.withLock { state in
             guard state.process === process else { return }
-            state.lastError = "\(command[0]) exited with status \(process.terminationStatus)"
+            state.lastError = "\(command[0]) \(exit.description)"
             if state.fd >= 0 {
                 state.dropPartialLine()
                 systemClose(state.fd)
@@ -303,9 +303,10 @@ public final class ExecSink: EventSink {
         state.backoff = min(backoffMax, state.backoff * 2)
     }
 
-    /// End of file for the program, a grace period, then SIGTERM; the rest of the buffer is lost.
+    /// End of file for the program, 2 s of grace, then SIGTERM, and SIGKILL 2 s later; the rest
+    /// of the buffer is lost.
     private func stopProgram() {
-        let process = state.withLock { state -> Process? in
+        let process = state.withLock { state -> ChildProgram? in
             if state.fd >= 0 {
                 state.dropPartialLine()
                 systemClose(state.fd)
@@ -316,9 +317,13 @@ public final class ExecSink: EventSink {
             return state.process
         }
         guard let process else { return }
-        let deadline = now() + 2
+        var deadline = now() + 2
         while process.isRunning && now() < deadline { usleep(5000) }
-        if process.isRunning { process.terminate() }
+        guard process.isRunning else { return }
+        process.terminate()
+        deadline = now() + 2
+        while process.isRunning && now() < deadline { usleep(5000) }
+        if process.isRunning { process.terminate(signal: SIGKILL) }
     }
 
     private func resolve(_ program: String) -> String? {
@@ -342,7 +347,7 @@ private struct FeedState: ~Copyable {
     var bytes = 0
     var helloOffset = 0
     var fd: Int32 = -1
-    var process: Process?
+    var process: ChildProgram?
     var startedAt = 0.0
     var nextStart = 0.0
     var backoff: Double

@@ -117,6 +117,45 @@ struct ExecSinkTests {
         #expect(sink.lastError != nil)
     }
 
+    @Test("the program starts in a clean signal state even from a thread that blocks SIGTERM, and is gone after close")
+    func cleanSignalState() throws {
+        // libdispatch's worker threads, and the threads they create, block SIGTERM and SIGINT; the
+        // feeder thread inherits the mask of the thread that creates the sink.
+        var blocked = sigset_t(), previous = sigset_t()
+        sigemptyset(&blocked)
+        for signal in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&blocked, signal) }
+        pthread_sigmask(SIG_BLOCK, &blocked, &previous)
+        let sink = ExecSink(command: ["sleep", "60"], version: "1", flushTimeout: 0.1)  // never reads stdin
+        pthread_sigmask(SIG_SETMASK, &previous, nil)
+        #expect(eventually { sink.pid != nil })
+        let pid = try #require(sink.pid)
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        func mask(_ field: String) -> UInt64? {
+            status.split(separator: "\n").first { $0.hasPrefix(field + ":") }
+                .flatMap { UInt64($0.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces), radix: 16) }
+        }
+        #expect(mask("SigBlk") == 0)
+        let ignored = try #require(mask("SigIgn"))
+        #expect(ignored & (1 << UInt64(SIGPIPE - 1)) == 0, "SIGPIPE must be at its default in the program")
+        #expect(ignored & (1 << UInt64(SIGTERM - 1)) == 0)
+        let start = Date()
+        sink.close()  // end of file, 2 s of grace, then SIGTERM
+        #expect(eventually(timeout: 5) { !FileManager.default.fileExists(atPath: "/proc/\(pid)") })
+        #expect(Date().timeIntervalSince(start) < 6)
+        #expect(sink.lastError?.contains("signal 15") == true)
+    }
+
+    @Test("a program that ignores SIGTERM too is killed 2 s after it")
+    func killAfterTerm() throws {
+        let sink = ExecSink(command: ["sh", "-c", "trap '' TERM; exec sleep 60"], version: "1", flushTimeout: 0.1)
+        #expect(eventually { sink.pid != nil })
+        let pid = try #require(sink.pid)
+        usleep(200_000)  // let the shell install its trap before exec
+        sink.close()
+        #expect(eventually(timeout: 8) { !FileManager.default.fileExists(atPath: "/proc/\(pid)") })
+        #expect(sink.lastError?.contains("signal 9") == true)
+    }
+
     @Test("a missing program counts failed starts and never blocks")
     func missingProgram() {
         let sink = ExecSink(command: ["/nonexistent/flowscope-no-such-program"], version: "1", backoffInitial: 0.01, backoffMax: 0.02,
