@@ -1,4 +1,5 @@
 import Dispatch
+import ExecSink
 import FlowEvents
 import Foundation
 import Synchronization
@@ -10,7 +11,9 @@ import Glibc
 ///
 /// The first SIGINT or SIGTERM starts a graceful stop: the command stops accepting, drains and
 /// flushes, and exits 0, within a bound (`server.shutdownTimeout`), saying on stderr what it waits
-/// for once that takes over a second. A second signal exits at once with status 130. Signals are
+/// for once that takes over a second. A second signal exits at once with status 130. Either way out
+/// that skips the stop (the second signal, the timeout) first ends the exec sinks' programs
+/// (`ExecSink.endAllPrograms`), which would otherwise outlive it. Signals are
 /// read by `SignalRelay`'s thread and the stop runs on another, so a stop that blocks threads cannot
 /// hold the second signal up.
 enum StopSignals {
@@ -58,6 +61,7 @@ enum StopSignals {
             waiter?.resume()
         } else {
             writeAll(2, "\(label): second signal: exiting now, without waiting for the stop to finish\n")
+            ExecSink.endAllPrograms()
             _exit(130)
         }
     }
@@ -81,6 +85,7 @@ enum StopSignals {
                     let elapsed = ContinuousClock.now - start
                     if elapsed >= .seconds(timeout) {
                         writeAll(2, "\(label): still \(what) after \(seconds(timeout)) s (server.shutdownTimeout): exiting without waiting further\n")
+                        ExecSink.endAllPrograms()
                         _exit(ExitStatus.failure)
                     }
                     let whole = Int(elapsed.components.seconds)

@@ -52,6 +52,14 @@ final class RunningFlowScope {
     }
 }
 
+/// Whether process `pid` has ended: no longer in /proc, or a zombie.
+func processEnded(_ pid: Int32) -> Bool {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+    // The state follows the command name in parentheses: "123 (sleep) S ...".
+    guard let close = stat.lastIndex(of: ")") else { return true }
+    return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+}
+
 /// The built binary, copied alone into a fresh directory as `make install PREFIX=<dir>` would: it must
 /// carry everything it serves.
 func installedBinary(in dir: String) throws -> String {
@@ -222,7 +230,7 @@ struct BinaryRunAnywhereRealTimeTests {
         }
     }
 
-    @Test("a stop that hangs is cut at server.shutdownTimeout with progress on stderr; a second SIGINT during it exits 130 at once")
+    @Test("a stop that hangs is cut at server.shutdownTimeout with progress on stderr; a second SIGINT during it exits 130 at once; neither leaves an exec sink's program running")
     func boundedShutdown() async throws {
         let dir = makeTemporaryDirectory("shutdown")
         defer { removeDirectory(dir) }
@@ -233,12 +241,18 @@ struct BinaryRunAnywhereRealTimeTests {
         try write("""
         { server: { stateDir: "state", shutdownTimeout: 2 },
           sinks: [ { type: "metrics" }, { type: "memory" },
-                   { type: "otlp", endpoint: "http://127.0.0.1:\(collector.port)/v1/traces", timeout: 60, flushTimeout: 60, flushInterval: 0.2 } ],
+                   { type: "otlp", endpoint: "http://127.0.0.1:\(collector.port)/v1/traces", timeout: 60, flushTimeout: 60, flushInterval: 0.2 },
+                   // A program that ignores both end of file and SIGTERM: only SIGKILL ends it.
+                   { type: "exec", command: ["sh", "-c", "echo $$ > program.pid; trap '' TERM; exec sleep 300"] } ],
           demo: { enabled: true, rate: 50 } }
         """, to: dir + "/flowscope.json5")
         for secondSignal in [false, true] {
+            try? FileManager.default.removeItem(atPath: dir + "/program.pid")
             let serve = try RunningFlowScope(binary, ["serve", "--config", dir + "/flowscope.json5", "--port", "0"], in: dir)
             #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "\(serve.stderr)")
+            #expect(await poll(10) { (try? String(contentsOfFile: dir + "/program.pid", encoding: .utf8))?.hasSuffix("\n") == true })
+            let program = try #require(Int32((try String(contentsOfFile: dir + "/program.pid", encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+            defer { kill(program, SIGKILL) }
             try await Task.sleep(for: .seconds(2))  // enough demo events to fill the pipe
             let start = ContinuousClock.now
             kill(serve.pid, SIGINT)
@@ -256,6 +270,8 @@ struct BinaryRunAnywhereRealTimeTests {
                 #expect(serve.stderr.contains("flowscope serve: stopping: draining sinks, 1 s of at most 2 s"), "\(serve.stderr)")
                 #expect(serve.stderr.contains("still draining sinks after 2 s (server.shutdownTimeout)"), "\(serve.stderr)")
             }
+            // Gone (or a zombie waiting for a parent that reaps it): it did not outlive the server.
+            #expect(await poll(3) { processEnded(program) }, "exec program \(program) still running, second signal: \(secondSignal)")
         }
     }
 

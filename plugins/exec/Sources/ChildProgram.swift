@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Synchronization
 
@@ -74,6 +75,7 @@ final class ChildProgram: Sendable {
         guard result == 0 else { throw SpawnError(code: result) }
 
         let program = ChildProgram(pid: pid)
+        running.withLock { $0[ObjectIdentifier(program)] = program }
         let waiter = Thread { program.waitForExit(then: onExit) }
         waiter.name = "flowscope.exec.wait"
         waiter.start()
@@ -106,7 +108,22 @@ final class ChildProgram: Sendable {
             exit = value
             return value
         }
+        _ = Self.running.withLock { $0.removeValue(forKey: ObjectIdentifier(self)) }
         onExit(self, ended)
+    }
+
+    /// Every program started and not yet ended, in this process.
+    private static let running = Mutex<[ObjectIdentifier: ChildProgram]>([:])
+
+    /// Sends SIGTERM to every running program, waits up to `grace` seconds for them to end, then
+    /// sends SIGKILL to the rest.
+    static func endAll(grace: Double) {
+        let programs = running.withLock { Array($0.values) }
+        guard !programs.isEmpty else { return }
+        for program in programs { program.terminate() }
+        let deadline = DispatchTime.now() + grace
+        while programs.contains(where: \.isRunning) && DispatchTime.now() < deadline { usleep(5000) }
+        for program in programs where program.isRunning { program.terminate(signal: SIGKILL) }
     }
 }
 

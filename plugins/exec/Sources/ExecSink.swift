@@ -66,6 +66,14 @@ public final class ExecSink: EventSink {
         thread.start()
     }
 
+    /// Ends the programs of every exec sink in this process at once, for a process about to exit
+    /// without closing its sinks (a second Ctrl-C, a stop past its timeout): SIGTERM, up to `grace`
+    /// seconds for them to end, then SIGKILL. A program that outlived FlowScope would otherwise
+    /// keep running as long as it ignores end of file.
+    public static func endAllPrograms(grace: Double = 0.5) {
+        ChildProgram.endAll(grace: grace)
+    }
+
     // MARK: Counters
 
     /// Envelopes that never reached a program (buffer full, program died mid-line, left at close).
