@@ -74,6 +74,11 @@ let fetchCommand = Command(spec: CommandSpec(
         result = .failure(error)
     }
     let timeline = FlowTimeline(events: log.events)
+    let message: String
+    switch result {
+    case .success: message = ""
+    case .failure(let error): message = FetchErrorText.message(for: error, events: log.events, caFile: args.value("ca"))
+    }
     if args.flag("json") {
         var o = timeline.json()
         o["name"] = .string("fetch \(placement)")
@@ -81,7 +86,7 @@ let fetchCommand = Command(spec: CommandSpec(
         o["profile"] = .string(profileId)
         if case .failure(let error) = result, case .array(var results) = o["results"], !results.isEmpty,
            case .object(var first) = results[0] {
-            first["error"] = ["code": .number(Double(error.code.rawValue)), "name": .string(error.code.name), "message": .string(error.message)]
+            first["error"] = ["code": .number(Double(error.code.rawValue)), "name": .string(error.code.name), "message": .string(message)]
             results[0] = .object(first)
             o["results"] = .array(results)
         }
@@ -92,12 +97,27 @@ let fetchCommand = Command(spec: CommandSpec(
             io.out("\(placement): \(flow.source.rawValue) \(flow.variationId) (\(flow.audienceName))"
                    + (flow.targetingLost ? " targetingLost" : "") + "\n")
         case .failure(let error):
-            io.out("\(placement): error \(error.code.rawValue) \(error.code.name): \(error.message)\n")
+            io.out("\(placement): error \(error.code.rawValue) \(error.code.name): \(message)\n")
         }
         io.out(timeline.text())
     }
     if case .success = result { return ExitStatus.success }
     return ExitStatus.failure
+}
+
+/// The message of fetch's error line: the call's own, except for a TLS failure, which says what
+/// happened and what to do about it.
+enum FetchErrorText {
+    static func message(for error: FlowError, events: [EngineEvent], caFile: String?) -> String {
+        let lastOutcome = events.last { $0.name == .requestEnd }?.attrs["outcome"]?.stringValue
+        guard error.code == .networkFailed, lastOutcome == "tls" else { return error.message }
+        if let caFile {
+            return "the server's certificate was not trusted by --ca \(caFile) (TLS); "
+                + "pass the certificate the server presents, or the CA that signed it"
+        }
+        return "the server's certificate was not trusted (TLS); pass --ca FILE with the server's certificate "
+            + "or its CA, e.g. .flowscope/tls/cert.pem for a FlowScope server or stub backend"
+    }
 }
 
 /// `--policy` values: `reloadRevalidatingCacheData`, `returnCacheDataElseLoad`, `maxAge:SECONDS`.

@@ -48,7 +48,8 @@ public struct TLSMaterial: Sendable, Equatable {
         return try loadOrCreate(tlsDirectory: stateDir + "/tls")
     }
 
-    /// How long a generated certificate is valid: 397 days, the most browsers accept.
+    /// How long a generated certificate is valid in total: 397 days, counted from its notBefore (an
+    /// hour before it was generated), within the 398 days browsers accept.
     public static let generatedValidityDays = 397
     /// A generated certificate with less than this left (30 days) is replaced at start.
     public static let renewalWindowSeconds = 30 * 86_400
@@ -106,7 +107,8 @@ public struct TLSMaterial: Sendable, Equatable {
     }
 
     /// A fresh EC P-256 key and a self-signed certificate (SAN DNS:localhost, IP:127.0.0.1, IP:::1),
-    /// valid from an hour ago for `days` days. Nothing is written.
+    /// valid from an hour ago (notBefore) for exactly `days` days in total (notAfter = notBefore + `days`).
+    /// Nothing is written.
     public static func generateSelfSigned(days: Int = generatedValidityDays) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
         do {
             return try SelfSigned.generate(days: days)
@@ -214,8 +216,10 @@ enum SelfSigned {
         defer { BN_free(serial) }
         guard BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1,
               BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x509)) != nil else { throw OpenSSLFailure("serial number") }
-        guard X509_gmtime_adj(X509_getm_notBefore(x509), -3600) != nil,
-              X509_gmtime_adj(X509_getm_notAfter(x509), days * 86_400) != nil else { throw OpenSSLFailure("validity") }
+        // Valid from an hour ago (clock skew), for exactly `days` days in total from then.
+        var notBefore = time(nil) - 3600
+        guard X509_time_adj_ex(X509_getm_notBefore(x509), 0, 0, &notBefore) != nil,
+              X509_time_adj_ex(X509_getm_notAfter(x509), Int32(days), 0, &notBefore) != nil else { throw OpenSSLFailure("validity") }
         guard X509_set_pubkey(x509, pkey) == 1 else { throw OpenSSLFailure("X509_set_pubkey") }
         let name = X509_get_subject_name(x509)
         guard X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, "localhost", -1, -1, 0) == 1,

@@ -81,7 +81,7 @@ struct FetchCommandRealTimeTests {
         #expect(io.err.withLock { $0 }.contains(fragment), "\(io.err.withLock { $0 })")
     }
 
-    @Test("fetch --ca trusts the stub backend's self-signed certificate over HTTPS; without --ca it is a tls failure")
+    @Test("fetch --ca trusts the stub backend's self-signed certificate over HTTPS; without --ca, or with another certificate, the error line says the certificate was not trusted and names --ca")
     func fetchWithCustomCA() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-fetch-ca-\(UUID())").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -108,7 +108,25 @@ struct FetchCommandRealTimeTests {
         let untrusted = Captured()
         let refused = await CommandLine.run(["fetch", "main", "--backend", stub.baseURL, "--load-timeout", "5"], output: untrusted.output)
         #expect(refused == 1)
-        #expect(untrusted.out.withLock { $0 }.contains("targeted main  tls"), "\(untrusted.out.withLock { $0 })")
+        let untrustedText = untrusted.out.withLock { $0 }
+        #expect(untrustedText.contains("targeted main  tls"), "\(untrustedText)")
+        #expect(untrustedText.hasPrefix("main: error 2005 networkFailed: the server's certificate was not trusted (TLS); "
+                                        + "pass --ca FILE with the server's certificate or its CA, e.g. .flowscope/tls/cert.pem "
+                                        + "for a FlowScope server or stub backend\n"), "\(untrustedText)")
+        #expect(!untrustedText.contains("transport error"), "\(untrustedText)")
+
+        let other = try runProgram("/usr/bin/env", ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                                    "-keyout", dir + "/other-key.pem", "-out", dir + "/other.pem", "-days", "1", "-subj", "/CN=localhost",
+                                                    "-addext", "subjectAltName=IP:127.0.0.1"])
+        try #require(other.status == 0, "openssl could not make a certificate: \(other.output)")
+        let wrongCA = Captured()
+        let wrong = await CommandLine.run(["fetch", "main", "--backend", stub.baseURL, "--ca", dir + "/other.pem", "--load-timeout", "5", "--json"],
+                                          output: wrongCA.output)
+        #expect(wrong == 1)
+        let json = try JSON5.parse(wrongCA.out.withLock { $0 })
+        #expect(json["results"]?.arrayValue?.first?["error"]?["message"]?.stringValue
+                == "the server's certificate was not trusted by --ca \(dir)/other.pem (TLS); pass the certificate the server presents, or the CA that signed it",
+                "\(wrongCA.out.withLock { $0 })")
     }
 
     @Test("stub-backend rejects bad flags and bad scenario files with exit 2", arguments: [

@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 @testable import FlowScopeServer
 
-@Suite("TLS policy: AEAD suites only, a generated certificate of at most 397 days, renewed near expiry")
+@Suite("TLS policy: AEAD suites only, a generated certificate of exactly 397 days, renewed near expiry")
 struct TLSPolicyTests {
     @Test("TLS 1.2 clients offering only CBC or static-RSA suites are refused; ECDHE with AES-GCM or ChaCha20-Poly1305 is served")
     func aeadOnly() throws {
@@ -31,13 +31,23 @@ struct TLSPolicyTests {
                 == "ECDHE-ECDSA-AES128-SHA")
     }
 
-    @Test("a generated certificate is valid for at most 397 days")
+    @Test("a generated certificate is valid from one hour before generation for exactly 397 days in total")
     func validity() throws {
         let dir = makeTemporaryDirectory()
         defer { removeDirectory(dir) }
+        let before = Int(Date().timeIntervalSince1970)
         let material = try TLSMaterial.loadOrCreate(tlsDirectory: dir + "/tls")
+        let after = Int(Date().timeIntervalSince1970)
+        let cert = try X509Box(pem: material.certPEM, path: material.certPath)
+        var days: Int32 = 0, seconds: Int32 = 0
+        try #require(ASN1_TIME_diff(&days, &seconds, X509_get0_notBefore(cert.raw), X509_get0_notAfter(cert.raw)) == 1)
+        #expect(days == 397 && seconds == 0, "notAfter - notBefore = \(days) days \(seconds) s")
+        var notBefore = tm()
+        try #require(ASN1_TIME_to_tm(X509_get0_notBefore(cert.raw), &notBefore) == 1)
+        let start = timegm(&notBefore)
+        #expect(start >= before - 3600 && start <= after - 3600, "notBefore \(start), generated between \(before) and \(after)")
         let left = try TLSMaterial.secondsUntilExpiry(ofPEM: material.certPEM)
-        #expect(left <= 397 * 86_400 && left > 396 * 86_400, "\(left) s")
+        #expect(left <= 397 * 86_400 - 3600 && left > 397 * 86_400 - 3600 - 60, "\(left) s")
         let text = try run("/usr/bin/openssl", ["x509", "-in", material.certPath, "-noout", "-checkend", "\(397 * 86_400)"])
         #expect(text.contains("will expire"), "\(text)")
     }

@@ -99,6 +99,9 @@ public final class OTLPSink: EventSink {
         public var flushTimeout: Double = 30
         /// `service.version` of the exported resource.
         public var serviceVersion: String = "dev"
+        /// The HTTP `User-Agent` of export requests (not a config key): the factory sets
+        /// `flowscope/<FlowScope's version>`. A `User-Agent` in `headers` wins.
+        public var userAgent: String = "flowscope"
 
         /// Default options for `destination`.
         public init(destination: Destination) { self.destination = destination }
@@ -482,13 +485,14 @@ final class OTLPTransport: Sendable {
         request.httpMethod = "POST"
         request.httpBody = Data(body.utf8)
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue(options.userAgent, forHTTPHeaderField: "User-Agent")
         for (name, value) in options.headers { request.setValue(value, forHTTPHeaderField: name) }
         let done = DispatchSemaphore(value: 0)
         let outcome = Mutex<OTLPSendResult>(.retryable("\(url.absoluteString): no answer", retryAfter: nil))
         let task = session.dataTask(with: request) { data, response, error in
             let result: OTLPSendResult
             if let error {
-                result = .retryable("\(url.absoluteString): \(error.localizedDescription)", retryAfter: nil)
+                result = .retryable("\(url.absoluteString): \(Self.describe(error, timeout: self.options.timeout))", retryAfter: nil)
             } else if let http = response as? HTTPURLResponse {
                 let status = http.statusCode
                 let text = data.map { String(decoding: $0.prefix(200), as: UTF8.self) } ?? ""
@@ -509,10 +513,33 @@ final class OTLPTransport: Sendable {
         task.resume()
         if done.wait(timeout: .now() + options.timeout + 5) == .timedOut {
             task.cancel()
-            return .retryable("\(url.absoluteString): no answer within \(options.timeout) s", retryAfter: nil)
+            return .retryable("\(url.absoluteString): no answer within \(Self.seconds(options.timeout)) s", retryAfter: nil)
         }
         return outcome.withLock { $0 }
     }
+
+    /// A transport error in plain words: `timed out after 10 s`, `cannot connect (connection refused)`,
+    /// `host not found`, `TLS: the server's certificate is not trusted`, ...; any other error as
+    /// Foundation describes it.
+    static func describe(_ error: Error, timeout: Double) -> String {
+        let ns = error as NSError
+        guard ns.domain == NSURLErrorDomain else { return error.localizedDescription }
+        switch URLError.Code(rawValue: ns.code) {
+        case .timedOut: return "timed out after \(seconds(timeout)) s"
+        case .cannotConnectToHost: return "cannot connect (connection refused)"
+        case .cannotFindHost, .dnsLookupFailed: return "host not found"
+        case .serverCertificateUntrusted, .serverCertificateHasUnknownRoot, .serverCertificateHasBadDate,
+             .serverCertificateNotYetValid:
+            return "TLS: the server's certificate is not trusted"
+        case .secureConnectionFailed: return "TLS: secure connection failed (often an untrusted certificate)"
+        case .networkConnectionLost: return "connection closed before an answer"
+        case .notConnectedToInternet: return "no network connection"
+        default: return error.localizedDescription
+        }
+    }
+
+    /// Seconds as written in a config: `10`, `0.5`.
+    static func seconds(_ value: Double) -> String { JSONValue.number(value).jsonText }
 
     /// `Retry-After` as seconds: a number of seconds or an HTTP date.
     static func retryAfter(_ value: String?) -> Double? {
@@ -536,10 +563,12 @@ extension OTLPSink {
         /// The factory.
         public init() {}
 
-        /// Reads ``Options``; `serviceVersion` defaults to FlowScope's version.
+        /// Reads ``Options``; `serviceVersion` defaults to FlowScope's version, and the HTTP
+        /// `User-Agent` is `flowscope/<FlowScope's version>`.
         public func options(from context: SinkContext) throws(JSONInputError) -> Options {
             var options = try Options(json: context.options, path: context.path)
             if context.options["serviceVersion"] == nil { options.serviceVersion = context.version }
+            options.userAgent = "flowscope/\(context.version)"
             return options
         }
 

@@ -2,7 +2,7 @@ import FlowEvents
 import FlowFetch
 import FlowJSON
 import Foundation
-import OTLPSink
+@testable import OTLPSink
 import Synchronization
 import TestSupport
 import Testing
@@ -296,6 +296,79 @@ struct OTLPSinkTests {
         #expect(stats.retries == 2)
         #expect(stats.lastError?.contains(url.absoluteString) == true, "\(stats.lastError ?? "")")
         #expect(stats.lastError?.contains("gave up after 3 attempts") == true, "\(stats.lastError ?? "")")
+        #expect(stats.lastError == "\(url.absoluteString): cannot connect (connection refused) (gave up after 3 attempts)",
+                "\(stats.lastError ?? "")")
+    }
+
+    @Test("a collector that never answers: lastError and health say the export timed out after the timeout option")
+    func exportTimeout() throws {
+        let collector = try StubCollector(script: [.hang])
+        defer { collector.stop() }
+        var options = OTLPSink.Options(destination: .endpoint(collector.url))
+        options.timeout = 0.5
+        options.maxRetries = 0
+        options.flushInterval = 60
+        let sink = try OTLPSink(options: options)
+        let start = Date()
+        sink.consume(sampleStream())
+        sink.flush()
+        #expect(Date().timeIntervalSince(start) < 5, "the request is cut after about 0.5 s")
+        #expect(collector.received.count == 1)
+        let expected = "\(collector.url.absoluteString): timed out after 0.5 s (gave up after 1 attempts)"
+        #expect(sink.stats.lastError == expected, "\(sink.stats.lastError ?? "")")
+        #expect(sink.stats.failedSpans == 10)
+        let health = sink.health
+        #expect(!health.up)
+        #expect(health.lastError == expected)
+    }
+
+    @Test("transport errors read in plain words; unknown ones keep Foundation's description")
+    func transportErrorWords() {
+        func words(_ code: URLError.Code) -> String { OTLPTransport.describe(URLError(code), timeout: 10) }
+        #expect(words(.timedOut) == "timed out after 10 s")
+        #expect(OTLPTransport.describe(URLError(.timedOut), timeout: 2.5) == "timed out after 2.5 s")
+        #expect(words(.cannotConnectToHost) == "cannot connect (connection refused)")
+        #expect(words(.cannotFindHost) == "host not found")
+        #expect(words(.dnsLookupFailed) == "host not found")
+        #expect(words(.serverCertificateUntrusted) == "TLS: the server's certificate is not trusted")
+        #expect(words(.serverCertificateHasUnknownRoot) == "TLS: the server's certificate is not trusted")
+        #expect(words(.secureConnectionFailed) == "TLS: secure connection failed (often an untrusted certificate)")
+        #expect(words(.networkConnectionLost) == "connection closed before an answer")
+        #expect(words(.badURL) == URLError(.badURL).localizedDescription)
+        #expect(OTLPTransport.describe(POSIXError(.EIO), timeout: 10) == POSIXError(.EIO).localizedDescription)
+    }
+
+    @Test("export requests carry User-Agent flowscope/<FlowScope's version>, set by the factory from the sink context")
+    func userAgent() throws {
+        let collector = try StubCollector(script: [])
+        defer { collector.stop() }
+        let factory = OTLPSink.Factory()
+        let context = SinkContext(name: "otlp", options: ["endpoint": .string(collector.url.absoluteString), "flushInterval": 60],
+                                  path: "$.sinks[0]", version: "9.8.7")
+        let options = try factory.options(from: context)
+        #expect(options.userAgent == "flowscope/9.8.7")
+        let sink = try factory.makeSink(options, context: context)
+        sink.consume(sampleStream())
+        sink.flush()
+        sink.close()
+        let heads = collector.received.map { $0.head.lowercased() }
+        #expect(!heads.isEmpty)
+        for head in heads {
+            let agents = head.split(separator: "\r\n").filter { $0.hasPrefix("user-agent:") }
+            #expect(agents == ["user-agent: flowscope/9.8.7"], "\(head)")
+        }
+
+        // A User-Agent in `headers` replaces it.
+        let custom = try StubCollector(script: [])
+        defer { custom.stop() }
+        var withHeader = try factory.options(from: SinkContext(options: ["endpoint": .string(custom.url.absoluteString), "flushInterval": 60,
+                                                                         "headers": ["User-Agent": "custom/1"]], version: "9.8.7"))
+        withHeader.maxRetries = 0
+        let other = try factory.makeSink(withHeader, context: context)
+        other.consume(sampleStream())
+        other.close()
+        #expect(custom.received.map { $0.head.lowercased().split(separator: "\r\n").filter { $0.hasPrefix("user-agent:") } }
+                == [["user-agent: custom/1"]])
     }
 
     @Test("a 400 is not retried: the batch is dropped and counted")

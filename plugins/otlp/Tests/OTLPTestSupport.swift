@@ -101,6 +101,8 @@ final class StubCollector: Sendable {
         case status(Int, retryAfter: String? = nil)
         /// Closes the connection without answering (a transport error for the client).
         case close
+        /// Reads the request and never answers, keeping the connection open until `stop()`.
+        case hang
     }
 
     struct Received: Sendable {
@@ -112,6 +114,8 @@ final class StubCollector: Sendable {
     let port: UInt16
     private let listener: Int32
     private let state: Mutex<(script: [Action], received: [Received])>
+    /// Connections held open by `.hang`, closed by `stop()`.
+    private let held = Mutex<[Int32]>([])
 
     init(script: [Action]) throws {
         state = Mutex((script, []))
@@ -143,6 +147,7 @@ final class StubCollector: Sendable {
     func stop() {
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
+        for fd in held.withLock({ h in defer { h.removeAll() }; return h }) { close(fd) }
     }
 
     private func acceptLoop() {
@@ -157,7 +162,8 @@ final class StubCollector: Sendable {
     }
 
     private func handle(_ client: Int32) {
-        defer { close(client) }
+        var keepOpen = false
+        defer { if !keepOpen { close(client) } }
         var data = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 65536)
         var headEnd: Int?
@@ -185,6 +191,9 @@ final class StubCollector: Sendable {
         switch action {
         case .close:
             return
+        case .hang:
+            keepOpen = true
+            held.withLock { $0.append(client) }
         case .status(let code, let retryAfter):
             let payload = code == 200 ? "{}" : "{\"code\":\(code)}"
             var response = "HTTP/1.1 \(code) Scripted\r\nContent-Type: application/json\r\nContent-Length: \(payload.utf8.count)\r\nConnection: close\r\n"
