@@ -65,13 +65,20 @@ public enum AtomicFile {
         }
     }
 
-    /// Creates a directory and its parents (mode 0700 for new ones).
+    /// Creates a directory and its parents (mode 0700 for new ones). The error names the part of the
+    /// path at fault: "/dev/null: not a directory", "/root/x: cannot create the directory: Permission denied".
     public static func makeDirectory(_ path: String) throws(FileStoreError) {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw FileStoreError(path: path, message: "cannot create the directory: \(error.localizedDescription)")
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            prefix = prefix.isEmpty ? "/" + part : prefix + "/" + part
+            var info = stat()
+            if stat(prefix, &info) == 0 {
+                guard (info.st_mode & S_IFMT) == S_IFDIR else { throw FileStoreError(path: prefix, message: "not a directory") }
+                continue
+            }
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
+                throw FileStoreError(path: prefix, message: "cannot create the directory: \(errnoText())")
+            }
         }
         var isDir: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else {

@@ -50,7 +50,7 @@ let fetchCommand = Command(spec: CommandSpec(
             layouts = try FileLayoutStore(directory: dir + "/layouts")
             assets = try AssetDiskCache(directory: dir + "/assets")
         } catch {
-            return usage("--cache-dir \(dir): \(error)")
+            return usage("--cache-dir: \(error)")
         }
     }
     if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) {

@@ -24,10 +24,23 @@ public struct TLSTransport: HTTPTransport {
     /// The PEM file of the CA (or self-signed certificate) servers are verified against.
     public let caFile: String
 
-    /// A transport that trusts only `caFile`. Throws when the file cannot be read.
+    /// A transport that trusts only `caFile`. Throws when the file cannot be read or holds no PEM
+    /// certificate.
     public init(caFile: String) throws(HTTPBackendError) {
         guard FileManager.default.isReadableFile(atPath: caFile) else { throw HTTPBackendError("cannot read the file") }
+        if let problem = Self.certificateProblem(caFile) { throw HTTPBackendError(problem) }
         self.caFile = caFile
+    }
+
+    /// Why OpenSSL cannot trust `caFile` (no PEM certificate in it), nil when it can.
+    public static func certificateProblem(_ caFile: String) -> String? {
+        guard let ctx = SSL_CTX_new(TLS_client_method()) else { return "cannot create a TLS context" }
+        defer { SSL_CTX_free(ctx) }
+        guard SSL_CTX_load_verify_locations(ctx, caFile, nil) == 1 else {
+            ERR_clear_error()
+            return "expected a PEM certificate (-----BEGIN CERTIFICATE-----), found none"
+        }
+        return nil
     }
 
     /// Makes this transport the way custom CAs are trusted in this process (``CustomCATransport``).

@@ -70,7 +70,11 @@ struct FetchCommandRealTimeTests {
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "sometimes"], "--policy sometimes"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "maxAge:-3"], "--policy maxAge:-3"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--load-timeout", "soon"], "--load-timeout soon"),
-        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/proc/nope"], "--cache-dir /proc/nope"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/proc/nope"], "--cache-dir: /proc/nope: cannot create the directory: "),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/dev/null"], "--cache-dir: /dev/null: not a directory"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/dev/null/a/b"], "--cache-dir: /dev/null: not a directory"),
+        (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/etc/hostname"],
+         "--ca /etc/hostname: expected a PEM certificate (-----BEGIN CERTIFICATE-----), found none"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: a CA file applies to https://"),
         (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/nonexistent/ca.pem"], "--ca /nonexistent/ca.pem: not found"),
     ])
