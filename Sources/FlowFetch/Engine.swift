@@ -517,10 +517,10 @@ public final class FlowEngine: CacheView {
 
     private func finish(_ id: CallID, _ outcome: CallOutcome, now: EngineTime) {
         guard var call = calls.removeValue(forKey: id.raw) else { return }
-        for entry in call.owned.entries {
-            switch entry.kind {
-            case .request: requestOwners[entry.raw] = nil; flushEvents(); host.cancel(RequestID(raw: entry.raw))
-            case .timer: timerOwners[entry.raw] = nil; flushEvents(); host.unschedule(TimerID(raw: entry.raw))
+        call.owned.forEach { kind, raw in
+            switch kind {
+            case .request: requestOwners[raw] = nil; flushEvents(); host.cancel(RequestID(raw: raw))
+            case .timer: timerOwners[raw] = nil; flushEvents(); host.unschedule(TimerID(raw: raw))
             case .child: break
             }
         }
@@ -588,26 +588,69 @@ private struct NoEventSink: EngineEventSink {
 /// What a running call owns, by the machine's tags. A call owns a few requests, a timer, at most two
 /// sub-calls: a short list costs one allocation where three dictionaries cost three.
 private struct Owned {
-    enum Kind { case request, timer, child }
-    private(set) var entries: [(kind: Kind, tag: Int, raw: Int)] = []
+    enum Kind: Hashable { case request, timer, child }
+    private struct Key: Hashable { let kind: Kind; let tag: Int }
+    /// In the order added. Once `index` exists, a removed entry stays as a tombstone (raw -1).
+    private var entries: [(kind: Kind, tag: Int, raw: Int)] = []
+    /// Where each live entry is, built once a call owns many ids (a preload of thousands of
+    /// placements), where searching the list for every add and remove would be quadratic.
+    private var index: [Key: Int]?
+    private var tombstones = 0
+    private static let indexFrom = 32
 
     /// Records the id of `kind` with `tag`, replacing an earlier one with the same tag.
     mutating func add(_ kind: Kind, tag: Int, _ raw: Int) {
+        if index != nil {
+            let key = Key(kind: kind, tag: tag)
+            if let i = index?[key] { entries[i].raw = raw } else { index?[key] = entries.count; entries.append((kind, tag, raw)) }
+            return
+        }
         if let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) {
             entries[i].raw = raw
         } else {
             if entries.isEmpty { entries.reserveCapacity(4) }
             entries.append((kind, tag, raw))
+            if entries.count >= Self.indexFrom { buildIndex() }
         }
     }
 
     /// Removes every entry, keeping the storage.
-    mutating func removeAll() { entries.clear() }
+    mutating func removeAll() {
+        entries.clear()
+        index = nil
+        tombstones = 0
+    }
 
     /// Removes the entry of `kind` with `tag`; returns its id.
     mutating func remove(_ kind: Kind, tag: Int) -> Int? {
-        guard let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) else { return nil }
-        return entries.remove(at: i).raw
+        guard index != nil else {
+            guard let i = entries.firstIndex(where: { $0.kind == kind && $0.tag == tag }) else { return nil }
+            return entries.remove(at: i).raw
+        }
+        guard let i = index?.removeValue(forKey: Key(kind: kind, tag: tag)) else { return nil }
+        let raw = entries[i].raw
+        entries[i].raw = -1
+        tombstones += 1
+        if tombstones > entries.count / 2 { compact() }
+        return raw
+    }
+
+    /// Calls `body` with each entry, in the order added.
+    func forEach(_ body: (Kind, Int) -> Void) {
+        for entry in entries where entry.raw >= 0 { body(entry.kind, entry.raw) }
+    }
+
+    private mutating func buildIndex() {
+        var built: [Key: Int] = [:]
+        built.reserveCapacity(entries.count * 2)
+        for (i, entry) in entries.enumerated() where entry.raw >= 0 { built[Key(kind: entry.kind, tag: entry.tag)] = i }
+        index = built
+    }
+
+    private mutating func compact() {
+        entries.removeAll { $0.raw < 0 }
+        tombstones = 0
+        buildIndex()
     }
 }
 

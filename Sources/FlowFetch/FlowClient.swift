@@ -167,7 +167,23 @@ final class Core: Sendable {
     /// Runs `body` with the engine under the lock.
     func drive(_ body: @Sendable (FlowEngine, EngineTime) -> Void) {
         let now = clock.now()
-        state.withLock { body($0.engine, now) }
+        withEngine { body($0.engine, now) }
+    }
+
+    /// Runs `body` under the lock, then cancels the request tasks the engine gave up meanwhile.
+    /// Cancelling a request runs its backend's cancellation (URLSession's, for HTTPBackend), which
+    /// can wait on the backend's own queue: outside the lock, so that a call whose budget ran out
+    /// (a preload giving up thousands of requests) ends and resumes its caller first.
+    @inline(__always)
+    func withEngine<T>(_ body: (inout sending State) -> sending T) -> T {
+        let (result, abandoned) = state.withLock { s -> sending (T, [Task<Void, Never>]) in
+            let result = body(&s)
+            return (result, s.driver.takeAbandoned())
+        }
+        // Newest first: a backend that queues requests (HTTPBackend's gate) then never admits one
+        // of them only to cancel it when an older one leaves.
+        for task in abandoned.reversed() { task.cancel() }
+        return result
     }
 
     func flow(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
@@ -181,7 +197,7 @@ final class Core: Sendable {
     /// no cancellation handler, no hop back to the caller's executor.
     func outcome(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) async throws(FlowError) -> CallOutcome {
         let now = clock.now()
-        let started = state.withLock { s -> Result<(CallID, CallOutcome?), FlowError> in
+        let started = withEngine { s -> Result<(CallID, CallOutcome?), FlowError> in
             do throws(FlowError) {
                 let id = try start(s.engine, now)
                 return .success((id, s.driver.takeFinished(id)))
@@ -197,7 +213,7 @@ final class Core: Sendable {
         }
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<CallOutcome, Never>) in
-                state.withLock { s in
+                withEngine { s in
                     // It may have ended since it started (or been cancelled by the handler).
                     if let done = s.driver.takeFinished(id) {
                         continuation.resume(returning: done)
@@ -209,7 +225,7 @@ final class Core: Sendable {
         } onCancel: {
             // Runs at once if the task is cancelled already; a call that has ended ignores it.
             let now = clock.now()
-            state.withLock { $0.engine.cancel(id, now: now) }
+            withEngine { $0.engine.cancel(id, now: now) }
         }
         return try Self.result(outcome)
     }
@@ -221,7 +237,7 @@ final class Core: Sendable {
 
     func respond(_ request: RequestID, _ completion: RequestCompletion) {
         let now = clock.now()
-        state.withLock { s in
+        withEngine { s in
             s.driver.requests[request] = nil
             s.engine.response(request, completion, now: now)
         }
@@ -229,7 +245,7 @@ final class Core: Sendable {
 
     func fire(_ timer: TimerID) {
         let now = clock.now()
-        state.withLock { s in
+        withEngine { s in
             guard s.driver.timers.removeValue(forKey: timer) != nil else { return }
             s.engine.timerFired(timer, now: now)
         }
@@ -265,7 +281,18 @@ final class Driver: EngineHost {
         }
     }
 
-    func cancel(_ request: RequestID) { requests.removeValue(forKey: request)?.cancel() }
+    /// Request tasks to cancel once the lock is released (``Core/withEngine(_:)``).
+    private var abandoned: [Task<Void, Never>] = []
+
+    func cancel(_ request: RequestID) {
+        if let task = requests.removeValue(forKey: request) { abandoned.append(task) }
+    }
+
+    func takeAbandoned() -> [Task<Void, Never>] {
+        guard !abandoned.isEmpty else { return [] }
+        defer { abandoned = [] }
+        return abandoned
+    }
 
     func schedule(_ timer: TimerID, at: EngineTime) {
         let core = self.core!

@@ -38,6 +38,12 @@ public final class HTTPBackend: FlowBackend {
     private let transportTakesHTTP: Bool
     private let session: URLSession
     private let tasks: TaskTable
+    private let gate = RequestGate(limit: HTTPBackend.maxConcurrentRequests)
+
+    /// The most requests one backend has in flight at once; the others wait their turn in order
+    /// (a cancelled one leaves the queue at once). The engine's deadlines run from each call's start,
+    /// so a request that waits here still ends within its call's budget.
+    public static let maxConcurrentRequests = 64
 
     /// A backend at `baseURL` (`http` or `https`). With `caFile` (PEM), https requests trust that CA
     /// only (through ``CustomCATransport``). With `transport`, every request goes through it instead
@@ -126,6 +132,8 @@ public final class HTTPBackend: FlowBackend {
         if spec.kind == .asset, let cached = assets?.load(url.absoluteString) {
             return RequestCompletion(.success(.asset(bytes: cached.count)), bytes: cached.count)
         }
+        guard await gate.enter() else { return RequestCompletion(.failure(.cancelled)) }
+        defer { gate.leave() }
         if let transport, transportTakesHTTP || url.scheme?.lowercased() == "https" {
             var headers = [("Accept", "application/json")]
             if spec.kind != .asset { headers.append(("X-Profile-Id", spec.profileId)) }

@@ -165,4 +165,47 @@ struct EngineResetTests {
             #expect(engine.drawVariation(b, profileId: "user-4") == VariationDraw.pick(b, profileId: "user-4"))
         }
     }
+
+    @Test("a preload of 150 placements (a call owning many ids, kept in an index) cancels exactly the requests still open, each once, and clears every timer")
+    func largePreloadBookkeeping() throws {
+        let t = Transcript()
+        let engine = engine(t, Counter())
+        let ids = (0..<150).map { "p\($0)" }
+        _ = try engine.preloadFlows(placements: ids, loadTimeout: 5, now: 0)
+        let phaseA = t.sent
+        #expect(phaseA.count == 150)
+        var answered = Set<Int>()
+        for (i, (request, spec)) in phaseA.enumerated() {
+            let placement = try #require(spec.placement)
+            switch i % 3 {
+            case 0:
+                let payload = AudiencePayload(placementId: placement, audienceName: "All Users", audienceVersionId: "v",
+                                              variations: [Variation(id: "\(placement)-a", weight: 100)])
+                engine.response(request, RequestCompletion(.success(.audience(payload))), now: 0.1)
+                answered.insert(request.raw)
+            case 1:
+                engine.response(request, RequestCompletion(.failure(.http(status: 500))), now: 0.2)
+                answered.insert(request.raw)
+            default:
+                break  // never answered: the deadline ends it
+            }
+        }
+        // Phase A's deadline, then phase B's (default-audience requests for the 100 failed placements).
+        for round in 1...2 {
+            let timers = t.timers
+            for timer in timers { engine.timerFired(timer, now: EngineTime(seconds: Double(10 * round))) }
+        }
+        let lines = t.lines
+        let cancelled = lines.filter { $0.hasPrefix("cancel ") }.compactMap { Int($0.dropFirst("cancel ".count)) }
+        let open = Set(t.sent.map(\.0.raw)).subtracting(answered)
+        #expect(cancelled.count == Set(cancelled).count, "a request cancelled twice")
+        #expect(Set(cancelled) == open)
+        #expect(t.sent.count == 250)
+        let finished = try #require(lines.last { $0.hasPrefix("finished ") })
+        #expect(finished.contains(" \(FlowError.Code.networkFailed.rawValue) "), "\(finished)")
+        let scheduled = Set(t.timers.map(\.raw))
+        let unscheduled = Set(lines.filter { $0.hasPrefix("unschedule ") }.compactMap { Int($0.dropFirst("unschedule ".count)) })
+        let fired = scheduled.subtracting(unscheduled)
+        #expect(fired.count == 2, "only the two phase deadlines fire; every other timer is cleared")
+    }
 }

@@ -137,6 +137,42 @@ struct HTTPBackendRealTimeTests {
         #expect(server.closedByClient.load(ordering: .relaxed) == 2)
     }
 
+    @Test("a preload of 5,000 placements from a server that never answers ends near its budget, every placement in preloadErrors")
+    func largePreloadHang() async throws {
+        let server = try Self.server(targeted: .hang, defaultAudience: .hang)
+        defer { server.stop() }
+        let client = try Self.client(server)
+        let ids = (0..<5000).map { "p\($0)" }
+        let started = ContinuousClock.now
+        var failure: FlowError?
+        do { try await client.preloadFlows(placementIds: ids, loadTimeout: 1) } catch { failure = error }
+        let elapsed = ContinuousClock.now - started
+        #expect(failure?.code == .networkFailed)
+        #expect(failure?.preloadErrors?.count == 5000)
+        // Every request was handed to URLSession at once before (libcurl adds and removes each in time
+        // proportional to those in flight), and the call's start and its cancellations held the
+        // client's lock: 8.4 s here. Generous margin for 2 shared cores.
+        #expect(elapsed < .seconds(3), "preload of 5,000 took \(elapsed), budget 1 s")
+    }
+
+    @Test("at most maxConcurrentRequests requests of one backend are in flight; the others wait their turn, and leave at once when cancelled")
+    func concurrencyLimit() async throws {
+        let transport = HangingTransport()
+        let backend = try HTTPBackend(baseURL: URL(string: "http://127.0.0.1:1")!, transport: transport)
+        let limit = HTTPBackend.maxConcurrentRequests
+        let sends = (0..<(limit + 40)).map { i in
+            Task { await backend.send(RequestSpec(kind: .targeted, placement: "p\(i)", profileId: "u", timeout: 30)) }
+        }
+        var waited = 0
+        while transport.counts.started < limit && waited < 500 { try await Task.sleep(for: .milliseconds(10)); waited += 1 }
+        try await Task.sleep(for: .milliseconds(200))  // time for any request past the limit to start
+        #expect(transport.counts.started == limit)
+        for task in sends.reversed() { task.cancel() }
+        for task in sends { #expect(await task.value.result.failure == .cancelled) }
+        // The 40 that waited were never started.
+        #expect(transport.counts == (limit, limit, 0))
+    }
+
     @Test("cancelling the caller's task cancels the HTTP request at once")
     func cancellation() async throws {
         let server = try Self.server(targeted: .hang)
@@ -210,4 +246,17 @@ extension Result {
     var isSuccess: Bool { if case .success = self { true } else { false } }
     var success: Success? { if case .success(let s) = self { s } else { nil } }
     var failure: Failure? { if case .failure(let f) = self { f } else { nil } }
+}
+
+/// A transport whose exchanges never end until cancelled; counts how many started, peaked and run.
+final class HangingTransport: HTTPTransport {
+    private let state = Mutex<(started: Int, peak: Int, running: Int)>((0, 0, 0))
+    var counts: (started: Int, peak: Int, running: Int) { state.withLock { $0 } }
+
+    func perform(_ exchange: HTTPExchange, timeout: Double, maxBodyBytes: Int) async -> Result<HTTPAnswer, HTTPTransportFailure> {
+        state.withLock { s in s.started += 1; s.running += 1; s.peak = max(s.peak, s.running) }
+        try? await Task.sleep(for: .seconds(60))
+        state.withLock { $0.running -= 1 }
+        return .failure(HTTPTransportFailure(reason: "cancelled", detail: "cancelled"))
+    }
 }
