@@ -1,4 +1,5 @@
 import FlowJSON
+import Foundation
 
 /// What a sink factory gets: the sink's options and where they came from.
 public struct SinkContext: Sendable {
@@ -12,12 +13,16 @@ public struct SinkContext: Sendable {
     public var stateDirectory: String
     /// FlowScope's version string (for the exec hello line, build info, ...).
     public var version: String
+    /// The absolute directory of the config file the entry was read from; nil when there is none
+    /// (`flowscope` without `--config`, a context made in code). ``filePath(_:)`` resolves relative
+    /// paths against it.
+    public var configDirectory: String?
 
     /// Creates a context.
     public init(name: String = "", options: [String: JSONValue] = [:], path: String = "$",
-                stateDirectory: String = ".flowscope", version: String = "0.0.0") {
+                stateDirectory: String = ".flowscope", version: String = "0.0.0", configDirectory: String? = nil) {
         self.name = name; self.options = options; self.path = path; self.stateDirectory = stateDirectory
-        self.version = version
+        self.version = version; self.configDirectory = configDirectory
     }
 
     // MARK: Reading options, with errors naming their JSON path (FlowJSON's cursor style)
@@ -37,6 +42,18 @@ public struct SinkContext: Sendable {
     /// A string option, nil when absent.
     public func string(_ key: String) throws(JSONInputError) -> String? {
         try cursor.optional(key)?.string()
+    }
+
+    /// A file path option, nil when absent. A relative path is resolved against the config file's
+    /// directory (``configDirectory``), as every path in a config is, so the config works from any
+    /// working directory; without a config file it stays relative to the working directory. An
+    /// empty string is an error: `$.sinks[2].file: expected a non-empty path, got an empty string`.
+    public func filePath(_ key: String) throws(JSONInputError) -> String? {
+        guard let option = cursor.optional(key) else { return nil }
+        let path = try option.string()
+        guard !path.isEmpty else { throw option.expected("a non-empty path") }
+        guard let configDirectory, !path.hasPrefix("/") else { return path }
+        return ((configDirectory as NSString).appendingPathComponent(path) as NSString).standardizingPath
     }
 
     /// A string option that must be one of `choices`; nil when absent.
@@ -106,7 +123,7 @@ public struct SinkContext: Sendable {
 ///     let type = "audit"
 ///     func options(from context: SinkContext) throws(JSONInputError) -> Options {
 ///         try context.checkKeys(["path"])
-///         return Options(path: try context.string("path") ?? context.stateDirectory + "/audit.log")
+///         return Options(path: try context.filePath("path") ?? context.stateDirectory + "/audit.log")
 ///     }
 ///     func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
 ///         try AuditSink(name: context.name, path: options.path)
@@ -202,10 +219,12 @@ public struct SinkRegistry: Sendable {
     }
 
     /// Checks every entry of a config's `sinks` list (enabled or not) without side effects: types
-    /// known, names unique, options valid.
+    /// known, names unique, options valid. `configDirectory`: the config file's directory, given to
+    /// every ``SinkContext`` (nil: no config file).
     public func validateSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
-                              version: String) throws(JSONInputError) {
-        for item in try entries(value, path: path, stateDirectory: stateDirectory, version: version) {
+                              version: String, configDirectory: String? = nil) throws(JSONInputError) {
+        for item in try entries(value, path: path, stateDirectory: stateDirectory, version: version,
+                                configDirectory: configDirectory) {
             try entry(item.type, path: item.context.path).validate(item.context)
         }
     }
@@ -213,10 +232,12 @@ public struct SinkRegistry: Sendable {
     /// Builds every enabled sink of a config's `sinks` list (`[{ "type": ..., "name": ...,
     /// ...options, "enabled": true }]`), in order. `enabled` defaults to true, `name` to the type;
     /// a disabled entry is still checked. `value` nil means no sinks. Sinks built before an
-    /// error are closed.
+    /// error are closed. `configDirectory`: the config file's directory, given to every
+    /// ``SinkContext`` (nil: no config file).
     public func makeSinks(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
-                          version: String) throws -> [any EventSink] {
-        let items = try entries(value, path: path, stateDirectory: stateDirectory, version: version)
+                          version: String, configDirectory: String? = nil) throws -> [any EventSink] {
+        let items = try entries(value, path: path, stateDirectory: stateDirectory, version: version,
+                                configDirectory: configDirectory)
         for item in items where !item.enabled { try entry(item.type, path: item.context.path).validate(item.context) }
         var sinks: [any EventSink] = []
         for item in items where item.enabled {
@@ -239,8 +260,8 @@ public struct SinkRegistry: Sendable {
     }
 
     /// The entries of a `sinks` list with their contexts; checks types and unique names.
-    private func entries(_ value: JSONValue?, path: String, stateDirectory: String,
-                         version: String) throws(JSONInputError) -> [(type: String, enabled: Bool, context: SinkContext)] {
+    private func entries(_ value: JSONValue?, path: String, stateDirectory: String, version: String,
+                         configDirectory: String?) throws(JSONInputError) -> [(type: String, enabled: Bool, context: SinkContext)] {
         guard let value else { return [] }
         var out: [(type: String, enabled: Bool, context: SinkContext)] = []
         var named: [String: String] = [:]
@@ -264,7 +285,8 @@ public struct SinkRegistry: Sendable {
             options["enabled"] = nil
             options["name"] = nil
             out.append((type, enabled, SinkContext(name: name, options: options, path: item.path,
-                                                   stateDirectory: stateDirectory, version: version)))
+                                                   stateDirectory: stateDirectory, version: version,
+                                                   configDirectory: configDirectory)))
         }
         return out
     }

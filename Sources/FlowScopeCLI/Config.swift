@@ -48,6 +48,9 @@ struct FlowScopeConfig: Sendable {
 
     /// The config file read, or nil for the embedded default config.
     var file: String?
+    /// The absolute directory relative paths resolve against (the config file's); nil for the
+    /// embedded default config. Sinks get it as `SinkContext.configDirectory`.
+    var directory: String?
     var server = Server()
     /// The `sinks` list as written (built through the sink registry).
     var sinks: JSONValue = [["type": "metrics"], ["type": "memory"]]
@@ -98,6 +101,7 @@ struct FlowScopeConfig: Sendable {
             return ((base as NSString).appendingPathComponent(path) as NSString).standardizingPath
         }
         var config = FlowScopeConfig()
+        config.directory = base
         let o = try root.object()
         try o.rejectUnknownKeys(allowed: ["server", "sinks", "demo", "engine", "simulate"])
         if let s = o.optional("server") {
@@ -174,7 +178,8 @@ struct FlowScopeConfig: Sendable {
             if let v = eo.optional("fallbackFile") { config.engine.fallbackFile = resolve(try v.nonEmptyString()) }
         }
         if let s = o.optional("simulate") { config.simulate = try SimulationConfig.decode(s) }
-        try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion)
+        try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: config.server.stateDir, version: flowScopeVersion,
+                                               configDirectory: base)
         return config
     }
 

@@ -113,7 +113,8 @@ struct ServeChecks: Sendable {
         // Sinks: every option valid (the registry's validation, which opens nothing), and every file
         // a sink writes in a directory that exists or can be created.
         do throws(JSONInputError) {
-            try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
+            try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
+                                                   configDirectory: config.directory)
         } catch {
             throw ServeStack.StartError(description: error.inFile(file).description)
         }

@@ -73,7 +73,8 @@ final class ServeStack: Sendable {
 
         var sinks: [any EventSink]
         do {
-            sinks = try SinkRegistry.current.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion)
+            sinks = try SinkRegistry.current.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
+                                                       configDirectory: config.directory)
         } catch {
             throw StartError(description: "\(config.file ?? "config"): \(error)")
         }

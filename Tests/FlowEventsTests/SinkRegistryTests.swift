@@ -137,6 +137,35 @@ struct SinkRegistryTests {
         #expect(error(["type": "memory"])?.hasPrefix("$.sinks: expected an array") == true)
     }
 
+    @Test("filePath resolves a relative path against the config file's directory, and only then")
+    func filePath() throws {
+        let options: [String: JSONValue] = ["file": "logs/../audit.log", "absolute": "/var/log/a.log", "empty": "", "number": 3]
+        let fromFile = SinkContext(options: options, path: "$.sinks[1]", configDirectory: "/etc/flowscope")
+        #expect(try fromFile.filePath("file") == "/etc/flowscope/audit.log")
+        #expect(try fromFile.filePath("absolute") == "/var/log/a.log")
+        #expect(try fromFile.filePath("missing") == nil)
+        #expect(throws: JSONInputError(path: "$.sinks[1].empty", message: "expected a non-empty path, got an empty string")) {
+            try fromFile.filePath("empty")
+        }
+        #expect(throws: JSONInputError.self) { try fromFile.filePath("number") }
+        // Without a config file (built-in config, a context made in code): relative to the working directory.
+        #expect(try SinkContext(options: options).filePath("file") == "logs/../audit.log")
+    }
+
+    @Test("validateSinks and makeSinks give every context the config file's directory")
+    func configDirectoryReachesContexts() throws {
+        final class Seen: Sendable { let directories = Mutex<[String?]>([]) }
+        let seen = Seen()
+        let recording = TestFactory(type: "audit", check: { ctx throws(JSONInputError) in
+            seen.directories.withLock { $0.append(ctx.configDirectory) }
+        })
+        let r = try SinkRegistry([recording])
+        try r.validateSinks([["type": "audit", "enabled": false]], stateDirectory: ".", version: "1", configDirectory: "/etc/flowscope")
+        _ = try r.makeSinks([["type": "audit"]], stateDirectory: ".", version: "1", configDirectory: "/srv/conf")
+        _ = try r.makeSinks([["type": "audit"]], stateDirectory: ".", version: "1")
+        #expect(seen.directories.withLock { $0 } == ["/etc/flowscope", "/srv/conf", nil])
+    }
+
     @Test("option readers check types and ranges")
     func readers() throws {
         let ctx = SinkContext(options: ["a": ["x", 1], "b": "sometimes", "c": [], "d": 1.5], path: "$.sinks[0]")

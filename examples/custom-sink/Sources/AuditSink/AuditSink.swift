@@ -1,6 +1,8 @@
+// sample: imports
 import FlowEvents
 import Foundation
 import Synchronization
+// end sample: imports
 
 /// Appends one line per event to a file: `seq name placement`. A failed write marks the sink down
 /// (it shows in `flowscope_sink_up`, `/api/sinks`, `/healthz` and the dashboard) and counts the
@@ -9,17 +11,23 @@ public final class AuditSink: EventSink {
     public let name: String
     public var type: String { "audit" }
     private let file: Mutex<FileHandle>
+    // sample: health
     private let recorder = SinkHealthRecorder()
     public var health: SinkHealth { recorder.current }
+    // end sample: health
 
+    // sample: open
+    /// Opens `path` for appending: creates the file when it is missing, keeps what earlier runs
+    /// wrote, and never replaces it (a device or a file another program holds open stays itself).
     public init(name: String = "audit", path: String) throws {
-        guard FileManager.default.createFile(atPath: path, contents: nil) else { throw AuditError(path: path) }
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw AuditError(path: path) }
-        handle.seekToEndOfFile()
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw AuditError(path: path, reason: String(cString: strerror(errno))) }
         self.name = name
-        self.file = Mutex(handle)
+        self.file = Mutex(FileHandle(fileDescriptor: fd, closeOnDealloc: true))
     }
+    // end sample: open
 
+    // sample: consume
     public func consume(_ batch: [Envelope]) {
         let text = batch.map { "\($0.seq) \($0.name.rawValue) \($0.placement ?? "-")\n" }.joined()
         do {
@@ -30,9 +38,26 @@ public final class AuditSink: EventSink {
             recorder.dropped(batch.count)
         }
     }
+    // end sample: consume
 
     public func flush() { file.withLock { try? $0.synchronize() } }
     public func close() { file.withLock { try? $0.close() } }
+
+    /// Why `init` could not open `path`, found without creating anything; nil when it can: the file
+    /// exists and is writable, or its directory exists and is writable.
+    public static func problem(opening path: String) -> String? {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            if isDirectory.boolValue { return "is a directory" }
+            return access(path, W_OK) == 0 ? nil : "is not writable"
+        }
+        let parent = (path as NSString).deletingLastPathComponent
+        let directory = parent.isEmpty ? "." : parent
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            return "directory \(directory) does not exist"
+        }
+        return access(directory, W_OK) == 0 ? nil : "directory \(directory) is not writable"
+    }
 
     /// The seqs written to `path`, in file order.
     public static func seqs(in path: String) throws -> [UInt64] {
@@ -42,10 +67,13 @@ public final class AuditSink: EventSink {
 
 struct AuditError: Error, CustomStringConvertible {
     var path: String
-    var description: String { "\(path): cannot open for writing" }
+    var reason: String
+    var description: String { "\(path): cannot open for appending: \(reason)" }
 }
 
-/// `{ type: "audit", path: "audit.log" }` in a `sinks` list; `path` defaults to `<stateDir>/audit.log`.
+// sample: factory
+/// `{ type: "audit", path: "audit.log" }` in a `sinks` list. A relative `path` is relative to the
+/// config file's directory; without `path` the file is `<stateDir>/audit.log`.
 public struct AuditSinkFactory: SinkFactory {
     public struct Options: Sendable { public var path: String }
     public let type = "audit"
@@ -53,10 +81,19 @@ public struct AuditSinkFactory: SinkFactory {
 
     public func options(from context: SinkContext) throws(JSONInputError) -> Options {
         try context.checkKeys(["path"])
-        return Options(path: try context.string("path") ?? context.stateDirectory + "/audit.log")
+        return Options(path: try context.filePath("path") ?? context.stateDirectory + "/audit.log")
+    }
+
+    /// What `makeSink` would fail on, without creating anything (`check-config` runs this): the file
+    /// or its directory must exist and be writable. The default file's directory is the state
+    /// directory, which `serve` creates before it builds the sinks.
+    public func validate(_ options: Options, context: SinkContext) throws(JSONInputError) {
+        guard try context.filePath("path") != nil, let problem = AuditSink.problem(opening: options.path) else { return }
+        throw JSONInputError(path: context.path(of: "path"), message: "\(options.path): \(problem)")
     }
 
     public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
         try AuditSink(name: context.name, path: options.path)
     }
 }
+// end sample: factory
