@@ -71,7 +71,7 @@ struct FetchCommandRealTimeTests {
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--policy", "maxAge:-3"], "--policy maxAge:-3"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--load-timeout", "soon"], "--load-timeout soon"),
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/proc/nope"], "--cache-dir /proc/nope"),
-        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: a CA file applies to https://"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: applies to https:// backends only"),
         (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/nonexistent/ca.pem"], "--ca /nonexistent/ca.pem: not found"),
     ])
     func badFlags(arguments: [String], fragment: String) async {
