@@ -2,6 +2,44 @@ import FlowFetch
 import FlowJSON
 
 extension Envelope {
+    /// The most UTF-8 bytes a run name may have (the fewest is 1): decoding refuses any other.
+    public static let maxRunBytes = 256
+
+    /// Whether `run` is a run name decoding accepts: 1 to ``maxRunBytes`` UTF-8 bytes.
+    public static func isValidRun(_ run: String) -> Bool {
+        !run.isEmpty && run.utf8.count <= maxRunBytes
+    }
+
+    /// `name` made a valid run name (1 to ``maxRunBytes`` UTF-8 bytes), the same way everywhere
+    /// runs are stamped (``EventPipeline``, the test kit):
+    ///
+    /// - a valid name is returned unchanged;
+    /// - an empty name becomes `empty` (itself made valid; `live` when it is empty too);
+    /// - a longer name is cut on a `Character` boundary and ends with `-` and the first 16 hex
+    ///   digits of the SHA-256 of the whole name, 256 bytes at most: the same name always gives the
+    ///   same run, and two long names that differ anywhere give different runs.
+    ///
+    /// ```swift
+    /// Envelope.runName("checkout")                         // "checkout"
+    /// Envelope.runName("")                                 // "live"
+    /// Envelope.runName(String(repeating: "r", count: 300)) // 239 "r", "-", 16 hex digits
+    /// ```
+    public static func runName(_ name: String, empty: String = "live") -> String {
+        if name.isEmpty { return empty.isEmpty ? "live" : runName(empty) }
+        guard name.utf8.count > maxRunBytes else { return name }
+        let suffix = "-" + String(Digest.hex(Digest.sha256(Array(name.utf8))).prefix(16))
+        let budget = maxRunBytes - suffix.utf8.count
+        var end = name.startIndex, used = 0
+        for character in name {
+            let size = character.utf8.count
+            guard used + size <= budget else { break }
+            used += size
+            end = name.index(after: end)
+        }
+        // A single Character longer than the budget (a long run of combining marks): the hash alone.
+        return end == name.startIndex ? String(suffix.dropFirst()) : String(name[..<end]) + suffix
+    }
+
     /// The fields an envelope object may have.
     public static let jsonKeys: Set<String> = ["seq", "ts", "t", "run", "trace", "span", "name", "placement", "attrs"]
 
@@ -54,8 +92,8 @@ extension Envelope {
             throw JSONInputError(path: "\(path).t", message: "expected a number of seconds, got \(Self.preview(tValue))")
         }
         let run = try string("run")
-        guard !run.isEmpty, run.utf8.count <= 256 else {
-            throw JSONInputError(path: "\(path).run", message: "expected a run name of 1 to 256 bytes")
+        guard Self.isValidRun(run) else {
+            throw JSONInputError(path: "\(path).run", message: "expected a run name of 1 to \(Self.maxRunBytes) bytes")
         }
         // The spec's ids are lowercase: parse, then insist the text is exactly what we would write.
         let traceText = try string("trace"), spanText = try string("span")

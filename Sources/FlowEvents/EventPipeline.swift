@@ -77,7 +77,9 @@ public final class EventPipeline: EngineEventSink {
 
     /// Creates a pipeline and starts one drain thread per sink.
     /// - Parameters:
-    ///   - run: the run stamped on events given to `receive` (`live` by default).
+    ///   - run: the run stamped on events given to `receive` (`live` by default), made a valid run
+    ///     name by ``Envelope/runName(_:empty:)``: an empty name is `live`, a name over 256 UTF-8
+    ///     bytes is cut and ends with a hash of the whole name.
     ///   - sinks: the sinks, in config order.
     ///   - queueCapacity: each sink's queue bound (envelopes).
     ///   - maxBatch: the most envelopes handed to one `consume` call.
@@ -86,6 +88,7 @@ public final class EventPipeline: EngineEventSink {
     ///   - wallClock: seconds since 1970, UTC (injectable for tests).
     public init(run: String = "live", sinks: [any EventSink], queueCapacity: Int = 65536, maxBatch: Int = 1024,
                 linger: Double = 0.001, wallClock: @escaping @Sendable () -> Double = WallClock.now) {
+        let run = Envelope.runName(run)
         self.run = run
         self.wallClock = wallClock
         var rng = SystemRandomNumberGenerator()
@@ -135,17 +138,21 @@ public final class EventPipeline: EngineEventSink {
     }
 
     /// Puts envelopes that came from elsewhere (another process, `POST /api/ingest`, a replayed
-    /// trace) through the pipeline. Each gets a fresh local `seq`; `ts`, `t`, `run`, `trace`,
-    /// `span`, name, placement and attrs are kept.
+    /// trace) through the pipeline. Each gets a fresh local `seq`; `ts`, `t`, `trace`, `span`,
+    /// name, placement and attrs are kept, and so is `run` when it is a valid run name (decoded
+    /// envelopes always have one); any other run is made one as by ``sink(run:)``.
     public func ingest(_ envelopes: [Envelope]) {
         guard !envelopes.isEmpty else { return }
-        hub.enqueueAll(envelopes, reporter: reporter)
+        hub.enqueueAll(envelopes, defaultRun: run, reporter: reporter)
     }
 
     /// A view of this pipeline that stamps `run` instead of the pipeline's own run: give it to
-    /// the engine of a test run or a simulation so its events reach the same sinks.
+    /// the engine of a test run or a simulation so its events reach the same sinks. `run` is made
+    /// a valid run name by ``Envelope/runName(_:empty:)``: an empty name is the pipeline's own run,
+    /// a name over 256 UTF-8 bytes is cut and ends with a hash of the whole name (the view's
+    /// ``PipelineRunSink/run`` is the name stamped).
     public func sink(run: String) -> PipelineRunSink {
-        PipelineRunSink(pipeline: self, run: run)
+        PipelineRunSink(pipeline: self, run: Envelope.runName(run, empty: self.run))
     }
 
     // MARK: Stats
@@ -217,7 +224,7 @@ final class FiredOnce: Sendable {
 public struct PipelineRunSink: EngineEventSink {
     /// The pipeline events go to.
     public let pipeline: EventPipeline
-    /// The run stamped on every event.
+    /// The run stamped on every event: the name given to ``EventPipeline/sink(run:)``, made valid.
     public let run: String
 
     /// Receives one engine event for `run`. Never blocks on a sink.
@@ -368,12 +375,13 @@ private final class Hub: Sendable {
     }
 
     /// Renumbers and appends envelopes from elsewhere.
-    func enqueueAll(_ envelopes: [Envelope], reporter: DropReporter) {
+    func enqueueAll(_ envelopes: [Envelope], defaultRun: String, reporter: DropReporter) {
         var wake = WakeList()
         state.withLock { state in
             guard !state.closed else { return }
             for var envelope in envelopes {
                 envelope.seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
+                if !Envelope.isValidRun(envelope.run) { envelope.run = Envelope.runName(envelope.run, empty: defaultRun) }
                 push(envelope, except: nil, state: &state, reporter: reporter, wake: &wake)
             }
         }

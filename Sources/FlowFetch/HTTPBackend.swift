@@ -4,6 +4,11 @@ import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The REST backend (interfaces.md, "Backend REST protocol") over HTTP(S) with URLSession.
 ///
@@ -48,7 +53,9 @@ public final class HTTPBackend: FlowBackend {
     /// A backend at `baseURL` (`http` or `https`). With `caFile` (PEM), https requests trust that CA
     /// only (through ``CustomCATransport``). With `transport`, every request goes through it instead
     /// of URLSession. Throws for a URL that has no scheme or host, an unreadable CA file, a CA file
-    /// this platform cannot trust yet, or both a CA file and a transport.
+    /// this platform cannot trust yet, both a CA file and a transport, or a URL URLSession cannot
+    /// reach on this platform (``urlSessionProblem(for:)``) with neither. Errors about the CA file
+    /// name it as `CA file PATH: ...` and carry it in ``HTTPBackendError/caFile``.
     public init(baseURL: URL, caFile: String? = nil, transport: (any HTTPTransport)? = nil, maxBodyBytes: Int = 4 * 1024 * 1024,
                 assets: AssetDiskCache? = nil, timeoutMargin: Double = 1) throws(HTTPBackendError) {
         guard let scheme = baseURL.scheme?.lowercased(), scheme == "http" || scheme == "https",
@@ -57,18 +64,21 @@ public final class HTTPBackend: FlowBackend {
         }
         if let caFile {
             guard scheme == "https" else {
-                throw HTTPBackendError("--ca \(caFile): a CA file applies to https:// backends, not \(baseURL.absoluteString)")
+                throw HTTPBackendError(caFile: caFile, "applies to https:// backends only, not \(baseURL.absoluteString)")
             }
-            guard FileManager.default.isReadableFile(atPath: caFile) else {
-                throw HTTPBackendError("--ca \(caFile): cannot read the file")
+            if let problem = Self.readProblem(caFile) {
+                throw HTTPBackendError(caFile: caFile, "cannot read the file: \(problem)")
             }
-            guard transport == nil else { throw HTTPBackendError("--ca \(caFile): give a CA file or a transport, not both") }
+            guard transport == nil else { throw HTTPBackendError(caFile: caFile, "give a CA file or a transport, not both") }
             do throws(HTTPBackendError) {
                 self.transport = try CustomCATransport.make(caFile: caFile)
             } catch {
-                throw HTTPBackendError("--ca \(caFile): \(error.message)")
+                throw HTTPBackendError(caFile: caFile, error.message)
             }
         } else {
+            if transport == nil, let problem = Self.urlSessionProblem(for: baseURL) {
+                throw HTTPBackendError("backend URL \(baseURL.absoluteString): \(problem)")
+            }
             self.transport = transport
         }
         transportTakesHTTP = caFile == nil
@@ -108,6 +118,39 @@ public final class HTTPBackend: FlowBackend {
         case .asset:
             return spec.assetURL.flatMap { URL(string: $0, relativeTo: baseURL)?.absoluteURL }
         }
+    }
+
+    /// Why URLSession on this platform cannot carry requests to `url`, or nil when it can.
+    ///
+    /// Linux (swift-corelibs-foundation, up to at least Swift 6.3) fails every request to an IPv6
+    /// address literal such as `http://[::1]:8080` with `badURL` before connecting, refused port or
+    /// not (swift-corelibs-foundation issue 5496): URLSession and libcurl disagree on the host's
+    /// brackets. Such a URL is refused up front with this text instead of failing each request as
+    /// an unexplained transport error.
+    public static func urlSessionProblem(for url: URL) -> String? {
+        #if canImport(FoundationNetworking)
+        guard let host = url.host, host.contains(":") else { return nil }
+        return "URLSession on this platform cannot reach an IPv6 address literal (swift-corelibs-foundation "
+            + "issue 5496): use a host name that resolves to it, such as localhost, or an IPv4 address"
+        #else
+        return nil
+        #endif
+    }
+
+    /// Why the file at `path` cannot be read (`no such file or directory`, `is a directory`, ...), or nil.
+    static func readProblem(_ path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return errnoText() }
+        if info.st_mode & S_IFMT == S_IFDIR { return "is a directory" }
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return errnoText() }
+        close(fd)
+        return nil
+    }
+
+    private static func errnoText() -> String {
+        let text = String(cString: strerror(errno))
+        return text.prefix(1).lowercased() + text.dropFirst()
     }
 
     /// Percent-encodes one path segment (everything but RFC 3986 unreserved characters).
@@ -253,9 +296,21 @@ public final class HTTPBackend: FlowBackend {
 
 /// A backend that cannot be set up as asked.
 public struct HTTPBackendError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// What is wrong, naming the URL or file at fault.
+    /// What is wrong, naming the URL or file at fault, e.g. `CA file ca.pem: cannot read the file: ...`.
     public var message: String
-    public init(_ message: String) { self.message = message }
+    /// The CA file at fault when the error is about one (nil otherwise).
+    public var caFile: String?
+    /// What is wrong without naming the CA file: with ``caFile``, what follows `CA file PATH: ` in
+    /// ``message``, for a caller that names the file its own way (the CLI: `--ca PATH: problem`);
+    /// otherwise the whole message.
+    public var problem: String
+
+    /// An error saying `message`.
+    public init(_ message: String) { self.message = message; self.problem = message; self.caFile = nil }
+    /// An error about the CA file `caFile`: the message is `CA file <caFile>: <problem>`.
+    public init(caFile: String, _ problem: String) {
+        self.message = "CA file \(caFile): \(problem)"; self.problem = problem; self.caFile = caFile
+    }
     public var description: String { message }
 }
 

@@ -62,7 +62,7 @@ let fetchCommand = Command(spec: CommandSpec(
     do throws(HTTPBackendError) {
         backend = try HTTPBackend(baseURL: url, caFile: args.value("ca"), assets: assets)
     } catch {
-        return usage(error.message)
+        return usage(error.caFile.map { "--ca \($0): \(error.problem)" } ?? error.message)
     }
 
     let log = EventLog()

@@ -12,7 +12,9 @@ import Testing
 /// streamed to `FLOWSCOPE_ATTACH` when those are set. One recorder per test: parallel tests never see
 /// each other's events (the current recorder is task-local, there is no global bootstrap).
 public final class FlowTraceRecorder: Sendable {
-    /// The test's name; also the `run` of its envelopes and its trace file's name.
+    /// The test's name, made a valid run name (``Envelope/runName(_:empty:)``: an empty name is
+    /// `test`, a name over 256 UTF-8 bytes is cut and ends with a hash of the whole name); the `run`
+    /// of its envelopes, and its trace file's name (``fileName(for:)``).
     public let name: String
     /// Called when an expectation fails, with the message (timeline included) and where it was made.
     public let onFailure: @Sendable (String, SourceLocation) -> Void
@@ -20,13 +22,13 @@ public final class FlowTraceRecorder: Sendable {
     private let traceDirectory: String?
     private let attach: AttachStream?
 
-    /// A recorder named `name`. `environment` supplies FLOWSCOPE_TRACE_DIR, FLOWSCOPE_ATTACH,
-    /// FLOWSCOPE_TOKEN and FLOWSCOPE_CA (the process environment by default). `onFailure` defaults to
-    /// Swift Testing's `Issue.record` inside a Swift Testing test and to standard error elsewhere
-    /// (XCTest users pass `{ message, _ in XCTFail(message) }`).
+    /// A recorder named `name` (made a valid run name). `environment` supplies FLOWSCOPE_TRACE_DIR,
+    /// FLOWSCOPE_ATTACH, FLOWSCOPE_TOKEN and FLOWSCOPE_CA (the process environment by default).
+    /// `onFailure` defaults to Swift Testing's `Issue.record` inside a Swift Testing test and to
+    /// standard error elsewhere (XCTest users pass `{ message, _ in XCTFail(message) }`).
     public init(name: String, environment: [String: String] = ProcessInfo.processInfo.environment,
                 onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil) {
-        self.name = name
+        self.name = Envelope.runName(name, empty: "test")
         self.onFailure = onFailure ?? FlowTraceRecorder.defaultFailure
         let dir = environment["FLOWSCOPE_TRACE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         self.traceDirectory = dir
@@ -70,6 +72,10 @@ public final class FlowTraceRecorder: Sendable {
         await attach?.close()
     }
 
+    /// Why events stopped streaming to FLOWSCOPE_ATTACH (the warning printed once per process), or
+    /// nil while they stream or when nothing is attached.
+    var attachFailure: String? { attach?.failure }
+
     // MARK: process-wide state (ids and warnings only; no events)
 
     static let sequence = Atomic<UInt64>(0)
@@ -82,8 +88,8 @@ public final class FlowTraceRecorder: Sendable {
         FileHandle.standardError.write(Data((message + "\n").utf8))
     }
 
-    /// A unique, file-system-safe name for a test: letters, digits, `.`, `_` and `-`; at most 120
-    /// characters; a second recorder of the same name gets `-2`, and so on.
+    /// `name` the first time, then `name-2`, `name-3`, ... for later recorders of the same name in
+    /// this process (the recorder then makes it a valid run name, and ``fileName(for:)`` a file name).
     static func uniqueName(_ name: String) -> String {
         usedNames.withLock { used in
             let n = (used[name] ?? 0) + 1
@@ -193,6 +199,7 @@ final class AttachStream: Sendable {
     private struct State {
         var buffer: [Envelope] = []
         var broken = false
+        var failure: String?
         var flusher: Task<Void, Never>?
     }
     private let state = Mutex(State())
@@ -207,15 +214,24 @@ final class AttachStream: Sendable {
     init(server: String, token: String?, caFile: String?) {
         var base = server
         while base.hasSuffix("/") { base.removeLast() }
-        endpoint = URL(string: base + "/api/ingest")
+        let endpoint = URL(string: base + "/api/ingest")
+        self.endpoint = endpoint
         self.token = token
+        let caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
+        self.caFile = caFile
         if endpoint == nil || !(server.hasPrefix("http://") || server.hasPrefix("https://")) {
-            problem = "FLOWSCOPE_ATTACH=\(server): expected https://host:port"
+            problem = "FLOWSCOPE_ATTACH=\(server): expected http://host:port or https://host:port"
+        } else if let endpoint, !(caFile != nil && endpoint.scheme == "https"),
+                  let urlSession = HTTPBackend.urlSessionProblem(for: endpoint) {
+            // Without FLOWSCOPE_CA the events go through URLSession.
+            problem = "FLOWSCOPE_ATTACH=\(server): \(urlSession)"
         } else {
             problem = nil
         }
-        self.caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
     }
+
+    /// Why the stream stopped, if it did.
+    var failure: String? { state.withLock { $0.failure } }
 
     func append(_ e: Envelope) {
         let start = state.withLock { s -> Bool in
@@ -258,7 +274,7 @@ final class AttachStream: Sendable {
             let exchange = HTTPExchange(method: "POST", url: endpoint, headers: headers, body: body)
             switch await transport.perform(exchange, timeout: 5, maxBodyBytes: 1 << 20) {
             case .success(let a) where (200..<300).contains(a.status): break
-            case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)")
+            case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)\(Self.reason(a.body))")
             case .failure(let f): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")
             }
             return
@@ -269,16 +285,31 @@ final class AttachStream: Sendable {
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         request.httpBody = Data(body)
         do {
-            let (_, response) = try await URLSession.shared.data(for: request)
+            let (data, response) = try await URLSession.shared.data(for: request)
             let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-            if !(200..<300).contains(status) { fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)") }
+            if !(200..<300).contains(status) {
+                fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)\(Self.reason(Array(data)))")
+            }
         } catch {
             fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(error.localizedDescription); events stay in the test's memory")
         }
     }
 
+    /// `: ` and the server's reason for refusing a batch: the message of its JSON error body
+    /// (`{"error":{"message":...}}`), else the start of the body's text; empty without a body.
+    static func reason(_ body: [UInt8]) -> String {
+        if let message = (try? JSON5.parse(bytes: body))?["error"]?["message"]?.stringValue, !message.isEmpty {
+            return ": " + message
+        }
+        let text = String(decoding: body.prefix(200), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.isEmpty ? "" : ": " + text
+    }
+
     private func fail(_ message: String) {
-        state.withLock { $0.broken = true; $0.buffer = [] }
+        state.withLock { s in
+            s.broken = true; s.buffer = []
+            if s.failure == nil { s.failure = message }
+        }
         FlowTraceRecorder.warnOnce("flowscope: not streaming test events: \(message)")
     }
 }

@@ -53,7 +53,7 @@ struct HTTPTransportTests {
     @Test("a CA file and a transport together are refused: one decides how https is trusted")
     func caFileAndTransport() throws {
         let transport = ScriptedTransport { _ in .success(HTTPAnswer(status: 200, body: [])) }
-        #expect(throws: HTTPBackendError("--ca /etc/hostname: give a CA file or a transport, not both")) {
+        #expect(throws: HTTPBackendError(caFile: "/etc/hostname", "give a CA file or a transport, not both")) {
             try HTTPBackend(baseURL: URL(string: "https://backend.test")!, caFile: "/etc/hostname", transport: transport)
         }
     }

@@ -3,6 +3,9 @@ import FlowFetch
 import FlowJSON
 import FlowTLS
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Synchronization
 import Testing
 
@@ -219,14 +222,68 @@ struct HTTPBackendRealTimeTests {
     func badConfiguration() throws {
         #expect(throws: HTTPBackendError.self) { try HTTPBackend(baseURL: URL(string: "ftp://x")!) }
         #expect(throws: HTTPBackendError.self) { try HTTPBackend(baseURL: URL(string: "localhost:80")!) }
-        do {
-            _ = try HTTPBackend(baseURL: URL(string: "https://127.0.0.1:1")!, caFile: "/nonexistent/ca.pem")
-            Issue.record("expected an error for an unreadable CA file")
-        } catch {
-            #expect(error.message == "--ca /nonexistent/ca.pem: cannot read the file")
+        // A library user has no --ca flag: errors name the CA file as such, with the cause, and carry
+        // it apart so the CLI can name its own flag.
+        let cases: [(url: String, ca: String, message: String)] = [
+            ("https://127.0.0.1:1", "/nonexistent/ca.pem", "CA file /nonexistent/ca.pem: cannot read the file: no such file or directory"),
+            ("https://127.0.0.1:1", "/tmp", "CA file /tmp: cannot read the file: is a directory"),
+            ("http://127.0.0.1:1", "/etc/hostname", "CA file /etc/hostname: applies to https:// backends only, not http://127.0.0.1:1"),
+        ]
+        for c in cases {
+            do {
+                _ = try HTTPBackend(baseURL: URL(string: c.url)!, caFile: c.ca)
+                Issue.record("expected an error for \(c.ca)")
+            } catch {
+                #expect(error.message == c.message)
+                #expect(error.caFile == c.ca)
+                #expect(error.message == "CA file \(c.ca): \(error.problem)")
+                #expect(!error.message.contains("--ca"))
+            }
         }
-        #expect(throws: HTTPBackendError.self) { try HTTPBackend(baseURL: URL(string: "http://127.0.0.1:1")!, caFile: "/etc/hostname") }
+        #expect(HTTPBackendError("backend URL x: bad").caFile == nil)
+        #expect(HTTPBackendError("backend URL x: bad").problem == "backend URL x: bad")
     }
+
+    @Test("an IPv6 literal backend: refused up front naming the cause where URLSession cannot reach it, classified like IPv4 elsewhere")
+    func ipv6Literal() async throws {
+        let url = URL(string: "http://[::1]:\(LoopbackServer.closedPort())")!
+        #if canImport(FoundationNetworking)
+        do {
+            _ = try HTTPBackend(baseURL: url)
+            Issue.record("expected an error for an IPv6 literal")
+        } catch {
+            #expect(error.message.hasPrefix("backend URL \(url.absoluteString): URLSession on this platform cannot reach an IPv6 address literal"),
+                    "\(error.message)")
+        }
+        // A transport of one's own carries every request: then the URL is fine.
+        let transport = HTTPTransportTests.ScriptedTransport { _ in .failure(HTTPTransportFailure(reason: "refused", detail: "connect")) }
+        let backend = try HTTPBackend(baseURL: url, transport: transport)
+        let done = await backend.send(RequestSpec(kind: .default, placement: "main", profileId: "u", timeout: 5))
+        #expect(done.result == .failure(.transport(reason: "refused")))
+        #else
+        let backend = try HTTPBackend(baseURL: url)
+        let done = await backend.send(RequestSpec(kind: .default, placement: "main", profileId: "u", timeout: 5))
+        #expect(done.result == .failure(.transport(reason: "refused")))
+        #endif
+        #expect(HTTPBackend.urlSessionProblem(for: URL(string: "http://127.0.0.1:1")!) == nil)
+        #expect(HTTPBackend.urlSessionProblem(for: URL(string: "http://localhost:1")!) == nil)
+    }
+
+    #if canImport(FoundationNetworking)
+    /// The reason for the check above. When this fails, this toolchain's URLSession reaches IPv6
+    /// literals (swift-corelibs-foundation issue 5496 is fixed in it): make
+    /// `HTTPBackend.urlSessionProblem(for:)` apply only to the toolchains before it.
+    @Test("URLSession on this platform still fails a request to an IPv6 literal with badURL, listening server or not")
+    func urlSessionCannotReachIPv6Literals() async throws {
+        let port = LoopbackServer.closedPort()
+        do {
+            _ = try await URLSession.shared.data(from: URL(string: "http://[::1]:\(port)/")!)
+            Issue.record("URLSession reached an IPv6 literal: drop the check in HTTPBackend.urlSessionProblem(for:)")
+        } catch let error as URLError {
+            #expect(error.code == .badURL, "\(error)")
+        }
+    }
+    #endif
 
     @Test("TLSTransport parses Content-Length, chunked and close-delimited answers")
     func responseParsing() throws {

@@ -75,7 +75,7 @@ struct FetchCommandRealTimeTests {
         (["fetch", "main", "--backend", "http://127.0.0.1:1", "--cache-dir", "/dev/null/a/b"], "--cache-dir: /dev/null: not a directory"),
         (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/etc/hostname"],
          "--ca /etc/hostname: expected a PEM certificate (-----BEGIN CERTIFICATE-----), found none"),
-        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: a CA file applies to https://"),
+        (["fetch", "main", "--backend", "http://127.0.0.1:1", "--ca", "/etc/hostname"], "--ca /etc/hostname: applies to https:// backends only"),
         (["fetch", "main", "--backend", "https://127.0.0.1:1", "--ca", "/nonexistent/ca.pem"], "--ca /nonexistent/ca.pem: not found"),
     ])
     func badFlags(arguments: [String], fragment: String) async {

@@ -2,7 +2,7 @@ import TestSupport
 import FlowEvents
 import FlowFetch
 import FlowJSON
-import FlowScopeTesting
+@testable import FlowScopeTesting
 import FlowSim
 import Foundation
 import Synchronization
@@ -162,6 +162,78 @@ struct FlowTraceTests {
         for line in lines { #expect(try JSON5.parse(String(line))["run"] == "attached test") }
     }
 
+    @Test("a test name too long for a run still leaves a trace file and a stream that decode, and long names stay apart")
+    func longNames() async throws {
+        let dir = Fixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
+        defer { server.stop() }
+        let env = ["FLOWSCOPE_TRACE_DIR": dir, "FLOWSCOPE_ATTACH": "http://127.0.0.1:\(server.port)"]
+        let base = "LongSuite." + String(repeating: "aVeryLongTestName", count: 16) + "_end_" // 288 bytes with the ending
+        var runs: [String] = []
+        for ending in ["x", "y"] {
+            let run = await withFlowTrace(base + ending, environment: env) { () -> String in
+                let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
+                _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
+                return FlowTrace.current?.name ?? ""
+            }
+            #expect((base + ending).utf8.count == 288)
+            #expect(run.utf8.count <= 256 && run.hasPrefix("LongSuite.aVeryLongTestName"))
+            runs.append(run)
+        }
+        #expect(runs[0] != runs[1])
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir)
+        #expect(files.count == 2)
+        var fileRuns: Set<String> = []
+        for file in files {
+            let lines = try String(contentsOfFile: dir + "/" + file, encoding: .utf8).split(separator: "\n")
+            #expect(!lines.isEmpty)
+            // What `flowscope replay` does with each line.
+            for line in lines { fileRuns.insert(try Envelope(jsonValue: JSON5.parse(String(line))).run) }
+        }
+        #expect(fileRuns == Set(runs))
+        let streamed = server.requests.flatMap { String(decoding: $0.body, as: UTF8.self).split(separator: "\n") }
+        #expect(!streamed.isEmpty)
+        // What `POST /api/ingest` does with each line.
+        let streamedRuns = try Set(streamed.map { try Envelope(jsonValue: JSON5.parse(String($0))).run })
+        #expect(streamedRuns == Set(runs))
+    }
+
+    static func attachFailure(_ attach: String, _ extra: [String: String] = [:]) async -> String? {
+        let recorder = FlowTraceRecorder(name: "attach failure", environment: extra.merging(["FLOWSCOPE_ATTACH": attach]) { a, _ in a })
+        recorder.record(EngineEvent(name: .fetchStart, t: 0, placement: "main", trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)))
+        await recorder.finish()
+        return recorder.attachFailure
+    }
+
+    @Test("a server that refuses the stream is reported with its reason: the JSON error body's message, else the body's text")
+    func attachRefusedReason() async throws {
+        let json = try LoopbackServer { _ in
+            .respond(status: 400, body: Array(#"{"error":{"status":400,"message":"$[0].run: expected a run name of 1 to 256 bytes"}}"#.utf8))
+        }
+        defer { json.stop() }
+        #expect(await Self.attachFailure("http://127.0.0.1:\(json.port)")
+                == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(json.port)/api/ingest: the server answered 400: $[0].run: expected a run name of 1 to 256 bytes")
+        let text = try LoopbackServer { _ in .respond(status: 502, body: Array("bad gateway\n".utf8), contentType: "text/plain") }
+        defer { text.stop() }
+        #expect(await Self.attachFailure("http://127.0.0.1:\(text.port)")
+                == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(text.port)/api/ingest: the server answered 502: bad gateway")
+        let empty = try LoopbackServer { _ in .respond(status: 401, body: []) }
+        defer { empty.stop() }
+        #expect(await Self.attachFailure("http://127.0.0.1:\(empty.port)")
+                == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(empty.port)/api/ingest: the server answered 401")
+    }
+
+    @Test("a FLOWSCOPE_ATTACH without a scheme is reported as expecting what is accepted: http:// or https://")
+    func attachBadURL() async throws {
+        #expect(await Self.attachFailure("localhost:18446") == "FLOWSCOPE_ATTACH=localhost:18446: expected http://host:port or https://host:port")
+        #if canImport(FoundationNetworking)
+        let v6 = await Self.attachFailure("http://[::1]:18446")
+        #expect(v6?.hasPrefix("FLOWSCOPE_ATTACH=http://[::1]:18446: URLSession on this platform cannot reach an IPv6 address literal") == true,
+                "\(v6 ?? "nil")")
+        #endif
+    }
+
     @Test("an attach server that is down never fails the test")
     func attachDown() async throws {
         let env = ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(LoopbackServer.closedPort())"]
@@ -171,5 +243,18 @@ struct FlowTraceTests {
             return FlowTrace.current?.envelopes.count ?? 0
         }
         #expect(count >= 3)
+    }
+}
+
+/// A traced test whose suite and function names together are longer than a run may be.
+@Suite(.flowTrace)
+struct TraceOfALongNamedTest {
+    @Test func thisTestFunctionHasAVeryLongNameBecauseReviewersNoticedThatLongTestNamesMadeTraceFilesThatFlowScopeItselfRefusedToReplayAndAttachedServersAnsweredWithStatus400SoTheRunNameIsNowCutToTwoHundredAndFiftySixBytesOnACharacterBoundaryWithAShortStableHashSuffixToKeepDistinctNamesDistinct() throws {
+        let recorder = try #require(FlowTrace.current)
+        #expect("TraceOfALongNamedTest.".utf8.count + #function.utf8.count - 2 > 256)
+        #expect(recorder.name.utf8.count <= 256 && recorder.name.hasPrefix("TraceOfALongNamedTest.thisTestFunctionHasAVeryLongName"))
+        recorder.record(EngineEvent(name: .fetchStart, t: 0, placement: "main", trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)))
+        let line = try #require(recorder.envelopes.last?.jsonLine)
+        #expect(try Envelope(jsonValue: JSON5.parse(line)).run == recorder.name)
     }
 }
