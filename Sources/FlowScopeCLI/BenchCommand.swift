@@ -15,15 +15,21 @@ let benchCommand = Command(spec: CommandSpec(
     Dictionary lookup, an Atomic<Int> add, plain SQLite) is measured in the same run. Build with
     `swift build -c release` first: a debug build is many times slower. BENCHMARKS.md explains the
     method and the numbers. Exit status: 0 when every benchmark ran, 1 when one could not, 2 for a bad
-    flag or an --only entry that names no benchmark.
+    flag or an --only entry that names no benchmark (an empty one included).
     """
 ), run: runBench)
 
 /// `flowscope bench`: runs the suite and prints a table or the JSON of interfaces.md.
 func runBench(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     let json = args.flag("json")
-    let only = args.value("only").map { $0.split(separator: ",").map(String.init) } ?? []
-    // Checked before anything runs: a misspelt entry is an error, not an empty table.
+    let only = args.value("only").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
+    // Checked before anything runs: a misspelt entry is an error, not an empty table, and an empty
+    // one (--only "", "a,,b", a trailing comma) is an error, not "every benchmark".
+    if only.contains(where: \.isEmpty) {
+        io.err("flowscope bench: --only \"\(args.value("only") ?? "")\": an empty name; expected comma-separated names or prefixes (benchmarks: "
+               + BenchmarkSuite.names.joined(separator: ", ") + ")\n")
+        return ExitStatus.usage
+    }
     if let unknown = only.first(where: { entry in !BenchmarkSuite.names.contains { $0.hasPrefix(entry) } }) {
         io.err("flowscope bench: --only \(unknown): no benchmark is named or starts with it (benchmarks: "
                + BenchmarkSuite.names.joined(separator: ", ") + ")\n")

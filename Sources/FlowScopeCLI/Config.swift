@@ -235,8 +235,10 @@ let checkConfigCommand = Command(spec: CommandSpec(
     details: """
     F defaults to the built-in config (identical to the repository's \(defaultConfigPath)). Checked: every
     key and value, and what serve checks before it binds: the files it reads exist and are readable,
-    a configured certificate and key are PEM and match, the directories it writes are writable, the
-    demo scenario parses, every sink's options are valid. When it says ok, serve starts.
+    a configured certificate and key are PEM and match, the directories it writes are writable or can
+    be created, the demo scenario and the engine's fallback file parse, every sink's options are
+    valid. When it says ok, serve starts. It prints the sinks serve runs: the config's enabled ones,
+    with the metrics and memory sinks serve adds when the config enables none.
     Exit status: 0 when valid, 2 with one line naming the file, the key and what is wrong.
     """
 )) { args, io in
@@ -248,10 +250,10 @@ let checkConfigCommand = Command(spec: CommandSpec(
         io.err("flowscope check-config: \(error.description)\n")
         return ExitStatus.usage
     }
-    // The sinks serve will run, then those the config lists with `enabled: false`.
-    let entries = config.sinks.arrayValue ?? []
-    let on = entries.filter { $0["enabled"]?.boolValue != false }.compactMap { $0["type"]?.stringValue }
-    let off = entries.filter { $0["enabled"]?.boolValue == false }.compactMap { $0["type"]?.stringValue }
+    // The sinks serve will run (those it adds for the dashboard included), then those the config
+    // lists with `enabled: false`.
+    let on = ServeStack.sinkPlan(config.sinks).map(\.type)
+    let off = (config.sinks.arrayValue ?? []).filter { $0["enabled"]?.boolValue == false }.compactMap { $0["type"]?.stringValue }
     let disabled = off.isEmpty ? "" : "; disabled: \(off.joined(separator: ", "))"
     io.out("\(path ?? FlowScopeConfig.embeddedName): ok (sinks: \(on.joined(separator: ", "))\(disabled); \(config.simulate.strategies.count) strategies)\n")
     return ExitStatus.success

@@ -13,8 +13,23 @@ let replayCommand = Command(spec: CommandSpec(
               .init("port", value: "N", "with --serve: port (default: the config's, 8443)")],
     positionals: 1...1,
     details: "Trace files come from FLOWSCOPE_TRACE_DIR (one per test) or the jsonl sink.\n"
-        + "Exit status: 0 when the file was read, 2 when it cannot be read or a line is not an envelope."
+        + "--config and --port need --serve; --events is for the timeline, not --serve.\n"
+        + "Exit status: 0 when the file was read, 2 for a bad flag, or when the file cannot be read or a line is not an envelope."
 )) { args, io in
+    // Flags first: those of one mode are an error in the other, never silently ignored.
+    if args.flag("serve") {
+        if args.flag("events") {
+            io.err("flowscope replay: --events prints the timeline, which --serve does not print; give one or the other\n")
+            return ExitStatus.usage
+        }
+    } else {
+        let given = ["config", "port"].filter { args.value($0) != nil }.map { "--" + $0 }
+        if !given.isEmpty {
+            io.err("flowscope replay: \(given.joined(separator: " and ")) \(given.count == 1 ? "needs" : "need") --serve "
+                   + "(\(given.count == 1 ? "it applies" : "they apply") to the dashboard --serve starts)\n")
+            return ExitStatus.usage
+        }
+    }
     let path = args.positionals[0]
     guard let data = FileManager.default.contents(atPath: path) else {
         io.err("flowscope replay: \(FlowScopeConfig.absolutePath(path)): \(ServeChecks.whyUnreadable(path))\n")

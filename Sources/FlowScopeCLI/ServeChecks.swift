@@ -1,4 +1,5 @@
 import FlowEvents
+import FlowFetch
 import FlowJSON
 import FlowScopeServer
 import FlowSim
@@ -30,7 +31,8 @@ struct ServeChecks: Sendable {
     /// The demo backend to play, nil when demo traffic is off.
     let demo: Scenario?
 
-    /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario.
+    /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario,
+    /// engine fallback file.
     init(config: FlowScopeConfig, overrides: ServeStack.Overrides) throws(ServeStack.StartError) {
         let file = config.file ?? FlowScopeConfig.embeddedName
         func fail(_ key: String, _ path: String, _ problem: String) -> ServeStack.StartError {
@@ -147,6 +149,17 @@ struct ServeChecks: Sendable {
             }
         } else {
             demo = nil
+        }
+
+        // The engine's fallback file: loaded and checked as a client configured with it would
+        // (fetch-rules.md, "The fallback file"), so a missing or broken one is found now.
+        if let path = config.engine.fallbackFile {
+            if let problem = Self.fileProblem(path) { throw fail("engine.fallbackFile", path, problem) }
+            do throws(JSONInputError) {
+                _ = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
+            } catch {
+                throw ServeStack.StartError(description: "\(file): $.engine.fallbackFile: \(error.description)")
+            }
         }
     }
 

@@ -92,9 +92,22 @@ func displayHost(bind: String) -> String {
 
 let certCommand = Command(spec: CommandSpec(
     name: "cert", summary: "Creates (or shows) the self-signed TLS certificate and prints its SHA-256 fingerprint.",
-    usage: "cert [--dir D]", options: [.init("dir", value: "D", "directory of cert.pem and key.pem (default .flowscope/tls)")]
+    usage: "cert [--dir D]", options: [.init("dir", value: "D", "directory of cert.pem and key.pem (default .flowscope/tls)")],
+    details: """
+    D and its missing parents are created mode 0700; the key is mode 0600.
+    Exit status: 0, or 2 when the directory or the files cannot be used (for example half a pair).
+    """
 )) { args, io in
     let dir = args.value("dir") ?? ".flowscope/tls"
+    guard !dir.isEmpty else {
+        io.err("flowscope cert: --dir expects a directory\n")
+        return ExitStatus.usage
+    }
+    // The directory and its missing parents (the state directory, by default) are made mode 0700.
+    if let problem = PrivateDirectory.create(dir) {
+        io.err("flowscope cert: \(problem)\n")
+        return ExitStatus.usage
+    }
     do throws(ServerFileError) {
         let existed = FileManager.default.fileExists(atPath: dir + "/cert.pem")
         let tls = try TLSMaterial.loadOrCreate(tlsDirectory: dir)

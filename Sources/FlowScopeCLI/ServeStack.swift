@@ -47,11 +47,10 @@ final class ServeStack: Sendable {
         // Everything check-config checks, before anything is created.
         let checked = try ServeChecks(config: config, overrides: overrides)
         let stateDir = checked.stateDir
-        do {
-            try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw StartError(description: "\(stateDir): cannot create the state directory: \(error.localizedDescription)")
+        if let problem = PrivateDirectory.create(stateDir) { throw StartError(description: problem) }
+        // server.tls.dir may be nested anywhere: it and its missing parents are made like the state directory.
+        if case .generated(let directory) = checked.tls, let problem = PrivateDirectory.create(directory) {
+            throw StartError(description: problem)
         }
         do throws(ServerFileError) {
             switch checked.tls {
@@ -71,26 +70,32 @@ final class ServeStack: Sendable {
         // The configured web root (checked: it has an index.html), else the embedded dashboard.
         let web = checked.web
 
-        var sinks: [any EventSink]
+        let configured: [any EventSink]
         do {
-            sinks = try SinkRegistry.current.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
-                                                       configDirectory: config.directory)
+            configured = try SinkRegistry.current.makeSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
+                                                            configDirectory: config.directory)
         } catch {
             throw StartError(description: "\(config.file ?? "config"): \(error)")
         }
-        // The dashboard and /metrics read these two; add them when the config leaves them out.
-        if let m = sinks.lazy.compactMap({ $0 as? MetricsSink }).first {
-            metrics = m
-        } else {
-            do { metrics = try MetricsSink(version: flowScopeVersion) } catch { throw StartError(description: error.message) }
-            sinks.insert(metrics, at: 0)
+        var sinks: [any EventSink] = []
+        for planned in Self.sinkPlan(config.sinks) {
+            switch planned {
+            case .configured(let index, _): sinks.append(configured[index])
+            case .addedMetrics:
+                do { sinks.append(try MetricsSink(version: flowScopeVersion)) } catch {
+                    for sink in configured { sink.close() }
+                    throw StartError(description: error.message)
+                }
+            case .addedMemory: sinks.append(MemorySink())
+            }
         }
-        if let m = sinks.lazy.compactMap({ $0 as? MemorySink }).first {
-            memory = m
-        } else {
-            memory = MemorySink()
-            sinks.insert(memory, at: 1)
+        guard let metrics = sinks.lazy.compactMap({ $0 as? MetricsSink }).first,
+              let memory = sinks.lazy.compactMap({ $0 as? MemorySink }).first else {
+            for sink in sinks { sink.close() }
+            throw StartError(description: "\(config.file ?? "config"): $.sinks: the metrics and memory sinks the dashboard reads are missing")
         }
+        self.metrics = metrics
+        self.memory = memory
         pipeline = EventPipeline(run: "live", sinks: sinks)
         metrics.collectSinkStats(from: pipeline)
         // The first sqlite sink is the archive: the runs memory does not hold are read from it, and
@@ -130,6 +135,36 @@ final class ServeStack: Sendable {
         } else {
             demo = nil
         }
+    }
+
+    /// A sink `serve` runs: one of the config's enabled entries, or one it adds for the dashboard.
+    enum PlannedSink: Sendable, Equatable {
+        /// The config's enabled entry number `index` (counting enabled entries only), of `type`.
+        case configured(index: Int, type: String)
+        /// A metrics sink added because the config enables none (/metrics and the dashboard read it).
+        case addedMetrics
+        /// A memory sink added because the config enables none (the dashboard API reads it).
+        case addedMemory
+
+        /// The sink's type, as the config names it.
+        var type: String {
+            switch self {
+            case .configured(_, let type): return type
+            case .addedMetrics: return "metrics"
+            case .addedMemory: return "memory"
+            }
+        }
+    }
+
+    /// The sinks `serve` runs, in order: the config's enabled entries (`enabled` not false), with a
+    /// metrics sink put first and a memory sink second when the config enables none of that type.
+    /// `serve` builds exactly these; `check-config` prints their types.
+    static func sinkPlan(_ sinks: JSONValue) -> [PlannedSink] {
+        let enabled = (sinks.arrayValue ?? []).filter { $0["enabled"]?.boolValue != false }
+        var plan = enabled.enumerated().map { PlannedSink.configured(index: $0.offset, type: $0.element["type"]?.stringValue ?? "") }
+        if !plan.contains(where: { $0.type == "metrics" }) { plan.insert(.addedMetrics, at: 0) }
+        if !plan.contains(where: { $0.type == "memory" }) { plan.insert(.addedMemory, at: min(1, plan.count)) }
+        return plan
     }
 
     /// Stops demo traffic and the server, then drains every sink (nothing recorded is lost).

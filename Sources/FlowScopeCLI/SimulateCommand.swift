@@ -31,8 +31,10 @@ let simulateCommand = Command(spec: CommandSpec(
     with 95% confidence intervals. With --from, the network is fitted per placement and request kind
     to the recorded request.start/request.end events (timeouts censored at their budget) and the
     attribution delay to attribution.applied; with --from or --sweep, a recommendation per placement
-    (highest targeting correct with time-to-flow p95 <= --max-p95). Exit status: 0 on success, 2 on a
-    bad flag, config or source.
+    (highest targeting correct with time-to-flow p95 <= --max-p95). --out DIR must be a directory, or
+    creatable, before the run starts. Exit status: 0 on success, 2 on a bad flag (--out included),
+    config or source, 1 when the report cannot be written to --out after the run (the run is still
+    saved and printed).
     """
 ), run: runSimulate)
 
@@ -54,6 +56,8 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
         guard let v = UInt64(text) else { return usage("--seed expects a non-negative integer, got \(text)") }
         seed = v
     }
+    // --out is checked before the run, so that a run is never thrown away for want of a place.
+    if let dir = args.value("out"), let problem = outProblem(dir) { return usage(problem) }
     guard let file = FlowScopeConfig.load(args.value("config"), flag: "--config", command: "simulate", io: io) else {
         return ExitStatus.usage
     }
@@ -108,38 +112,66 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     if let fit, json { for w in fit.warnings { io.err("flowscope simulate: warning: \(w)\n") } }
 
     // The report's files, named as the user wrote the directory ("report" and "report/" alike).
+    // A failure to write them now (the disk full, the directory removed during the run) still
+    // saves and prints the run, then exits 1.
     let out = args.value("out").map { dir in (dir, dir.hasSuffix("/") ? dir : dir + "/") }
+    var outFailure: String?
     if let (dir, prefix) = out {
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
             try Data((lab.json.jsonText + "\n").utf8).write(to: URL(fileURLWithPath: prefix + "simulate.json"))
             try Data(lab.html().utf8).write(to: URL(fileURLWithPath: prefix + "report.html"))
         } catch {
-            io.err("flowscope simulate: --out \(dir): cannot write the report: \(error.localizedDescription)\n")
-            return ExitStatus.failure
+            outFailure = "--out \(FlowScopeConfig.absolutePath(dir)): cannot write the report: \(error.localizedDescription)"
         }
     }
     // Every run is kept in the state directory, where `flowscope serve` lists it as a dashboard run.
     let store = SimulationStore(directory: stateDir + "/simulations")
     let runID = store.unusedID("sim:\(ISO8601.format(Date().timeIntervalSince1970).prefix(19))-seed\(seed ?? config.seed)")
     var saved = false
-    do {
-        try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        try store.save(id: runID, summary: lab.runSummary(id: runID))
-        saved = true
-    } catch {
-        io.err("flowscope simulate: warning: \(store.directory): cannot save the run for the dashboard: \(error.localizedDescription)\n")
+    if let problem = PrivateDirectory.create(stateDir) {
+        io.err("flowscope simulate: warning: cannot save the run for the dashboard: \(problem)\n")
+    } else {
+        do {
+            try store.save(id: runID, summary: lab.runSummary(id: runID))
+            saved = true
+        } catch {
+            io.err("flowscope simulate: warning: \(store.directory): cannot save the run for the dashboard: \(error.localizedDescription)\n")
+        }
     }
     if json {
         io.out(lab.json.jsonText + "\n")
     } else {
         let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
         io.out(lab.table(color: color))
-        if let (_, prefix) = out { io.out("wrote \(prefix)simulate.json and \(prefix)report.html\n") }
+        if let (_, prefix) = out, outFailure == nil { io.out("wrote \(prefix)simulate.json and \(prefix)report.html\n") }
         if saved { io.out("saved as dashboard run \(runID) (\(store.directory))\n") }
     }
+    if let outFailure {
+        io.err("flowscope simulate: \(outFailure)\n")
+        return ExitStatus.failure
+    }
     return ExitStatus.success
+}
+
+/// What keeps `dir` from taking `simulate --out`'s two files, or nil: it must be a writable
+/// directory or one that can be created, and `simulate.json` and `report.html` in it, when present,
+/// files that can be replaced.
+func outProblem(_ dir: String) -> String? {
+    guard !dir.isEmpty else { return "--out expects a directory (for simulate.json and report.html)" }
+    let shown = FlowScopeConfig.absolutePath(dir)
+    if let problem = ServeChecks.directoryProblem(dir) {
+        return "--out \(shown): \(problem); expected a directory for simulate.json and report.html"
+    }
+    for name in ["simulate.json", "report.html"] {
+        let file = (dir as NSString).appendingPathComponent(name)
+        var st = stat()
+        guard lstat(file, &st) == 0 else { continue }
+        if (st.st_mode & S_IFMT) == S_IFDIR {
+            return "--out \(shown): \(name) is a directory; expected a file to replace or none"
+        }
+    }
+    return nil
 }
 
 /// A progress bar on stderr: done/total, rate and ETA, redrawn at most ten times a second.

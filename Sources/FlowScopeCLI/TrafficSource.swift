@@ -15,12 +15,20 @@ enum TrafficSource: Equatable {
     case sqlite(path: String)
     case server(url: URL)
 
-    /// What `text` names: a URL for http(s), else a file, sniffed for the SQLite header. A missing,
-    /// unreadable or directory path is an error naming the resolved path.
+    /// The URL schemes `--from` reads.
+    static let schemes = ["https", "http"]
+
+    /// What `text` names: a URL for http(s), else a file, sniffed for the SQLite header. A URL of
+    /// another scheme (`ftp://...`) is an error naming the schemes read; a missing, unreadable or
+    /// directory path is an error naming the resolved path.
     static func parse(_ text: String) -> Result<TrafficSource, TrafficSourceError> {
-        let lower = text.lowercased()
-        if lower.hasPrefix("https://") || lower.hasPrefix("http://") {
-            guard let url = URL(string: text), url.host != nil else {
+        if let match = text.firstMatch(of: /^([A-Za-z][A-Za-z0-9+.\-]*):\/\//) {
+            let scheme = match.1.lowercased()
+            guard schemes.contains(scheme) else {
+                return .failure(TrafficSourceError("--from \(text): the URL scheme \(scheme) is not read; expected https:// or "
+                                                   + "http:// (https://HOST:PORT/api/events), or a file"))
+            }
+            guard let url = URL(string: text), url.host?.isEmpty == false else {
                 return .failure(TrafficSourceError("--from \(text): expected a URL like https://HOST:PORT/api/events"))
             }
             return .success(.server(url: url))

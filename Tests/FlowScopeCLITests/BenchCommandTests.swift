@@ -76,4 +76,16 @@ struct BenchCommandTests {
             #expect(printed.out.withLock { $0 }.isEmpty)
         }
     }
+
+    @Test("an empty --only entry (--only \"\", a,,b, a trailing comma) is a usage error, not every benchmark, before any runs")
+    func emptyOnly() async {
+        for only in ["", ",", "pipeline,,sim.calls", "pipeline,"] {
+            let printed = Printed()
+            #expect(await CommandLine.run(["bench", "--quick", "--only", only], output: printed.output) == 2, "--only \"\(only)\"")
+            let err = printed.err.withLock { $0 }
+            #expect(err == "flowscope bench: --only \"\(only)\": an empty name; expected comma-separated names or prefixes (benchmarks: "
+                    + BenchmarkSuite.names.joined(separator: ", ") + ")\n", "\(err)")
+            #expect(printed.out.withLock { $0 }.isEmpty)
+        }
+    }
 }

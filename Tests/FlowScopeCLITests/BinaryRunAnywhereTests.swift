@@ -133,6 +133,34 @@ struct BinaryRunAnywhereRealTimeTests {
         #expect(serve.stdout.contains("stopped; events flushed\n"))
     }
 
+    @Test("cert from a new, empty directory creates .flowscope/tls (and --dir d1/sub its parents), each mode 0700; a --dir below a file is exit 2 naming it")
+    func certInAnEmptyDirectory() async throws {
+        let binary = try #require(flowscopeBinary(), "build the flowscope product first (swift build)")
+        let dir = (makeTemporaryDirectory("certempty") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        func cert(_ arguments: [String]) async throws -> (status: Int32?, out: String, err: String) {
+            let run = try RunningFlowScope(binary, ["cert"] + arguments, in: dir)
+            let end = await run.exit(within: 30)
+            return (end?.status, run.stdout, run.stderr)
+        }
+        let plain = try await cert([])
+        #expect(plain.status == 0, "\(plain.err)")
+        #expect(plain.out.hasPrefix("created certificate .flowscope/tls/cert.pem\n"), "\(plain.out)")
+        #expect(try mode(dir + "/.flowscope") == 0o700 && mode(dir + "/.flowscope/tls") == 0o700)
+        #expect(try mode(dir + "/.flowscope/tls/key.pem") == 0o600)
+        #expect(try await cert([]).out.hasPrefix("existing certificate .flowscope/tls/cert.pem\n"))
+
+        let nested = try await cert(["--dir", "d1/sub"])
+        #expect(nested.status == 0, "\(nested.err)")
+        #expect(FileManager.default.fileExists(atPath: dir + "/d1/sub/cert.pem"))
+        #expect(try mode(dir + "/d1") == 0o700 && mode(dir + "/d1/sub") == 0o700)
+
+        try write("x", to: dir + "/afile")
+        let blocked = try await cert(["--dir", "afile/sub"])
+        #expect(blocked.status == 2)
+        #expect(blocked.err == "flowscope cert: \(dir)/afile/sub: cannot be created: \(dir)/afile is not a directory\n")
+    }
+
     @Test("simulate from any directory: the built-in config unless --config; runs saved under server.stateDir (mode 0700) or --state-dir, never replacing one another, listed by serve")
     func simulateStateDirectory() async throws {
         let dir = makeTemporaryDirectory("simstate")

@@ -171,6 +171,27 @@ struct FetchCommandRealTimeTests {
         #expect(await CommandLine.run(["replay", dir + "/t.jsonl", "--serve", "--port", "x"], output: Captured().output) == 2)
     }
 
+    @Test("replay without --serve refuses --port and --config (they need --serve), and --serve refuses --events: exit 2, one line naming the flag")
+    func replayFlagsOfTheOtherMode() async throws {
+        let dir = (makeTemporaryDirectory("replay-flags") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        try write("", to: dir + "/t.jsonl")
+        let cases: [([String], String)] = [
+            (["--port", "5"], "flowscope replay: --port needs --serve (it applies to the dashboard --serve starts)\n"),
+            (["--config", dir + "/nonexistent.json5"], "flowscope replay: --config needs --serve (it applies to the dashboard --serve starts)\n"),
+            (["--port", "5", "--config", "nonexistent"], "flowscope replay: --config and --port need --serve (they apply to the dashboard --serve starts)\n"),
+            (["--events", "--serve"], "flowscope replay: --events prints the timeline, which --serve does not print; give one or the other\n"),
+        ]
+        for (extra, message) in cases {
+            let run = await flowscope(["replay", dir + "/t.jsonl"] + extra)
+            #expect(run.status == 2, "\(extra): \(run.out)")
+            #expect(run.err == message, "\(extra)")
+            #expect(run.out.isEmpty, "\(extra)")
+        }
+        let plain = await flowscope("replay", dir + "/t.jsonl", "--events")
+        #expect(plain.status == 0 && plain.out == "\(dir)/t.jsonl: no events\n", "\(plain.err)")
+    }
+
     @Test("replay shows engine-level events (attribution observed, profile switch) as one line at their time, not as calls that never end; a call in flight stays pending")
     func replayEngineEvents() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-replay-engine-\(UUID())").path

@@ -259,17 +259,44 @@ struct ReliabilityDecoderTests {
         #expect(failure.status == 400 && failure.message.contains("$.ts"), "\(failure.message)")
     }
 
-    @Test("a scenario with times like 1e300 plays and prints its timeline instead of trapping",
-          arguments: ["{ steps: [ { at: 1e300, call: 'getFlow', placement: 'p' } ] }",
-                      "{ steps: [ { at: 0, call: 'getFlow', placement: 'p', loadTimeout: 1e300 }, { at: 0, call: 'getFlowOrDefault', placement: 'p', timeout: 1e300 } ] }",
-                      "{ network: { latency: 1e300 }, client: { requestTimeout: 1e300 }, steps: [ { at: 1e15, call: 'preloadFlows', placements: ['a', 'b'] } ] }"])
-    func hugeScenarioTimes(text: String) async throws {
-        let path = try temporaryFile("huge.json5", Array(text.utf8))
+    @Test("a scenario with times like 1e300 is refused in one line naming the JSON path and the range (exit 2), never played",
+          arguments: [("{ steps: [ { at: 1e300, call: 'getFlow', placement: 'p' } ] }", "$.steps[0].at"),
+                      ("{ steps: [ { at: 0, call: 'getFlow', placement: 'p', loadTimeout: 1e300 }, { at: 0, call: 'getFlowOrDefault', placement: 'p', timeout: 1e300 } ] }",
+                       "$.steps[0].loadTimeout"),
+                      ("{ network: { latency: 1e300 }, client: { requestTimeout: 1e300 }, steps: [ { at: 1e15, call: 'preloadFlows', placements: ['a', 'b'] } ] }",
+                       "$.network.latency")])
+    func hugeScenarioTimes(text: String, path: String) async throws {
+        let file = try temporaryFile("huge.json5", Array(text.utf8))
         for extra in [["--events"], ["--json"]] {
             let captured = ReliabilityOutput()
-            let status = await CommandLine.run(["run", path] + extra, output: captured.output)
+            let status = await CommandLine.run(["run", file] + extra, output: captured.output)
+            #expect(status == ExitStatus.usage, "\(status): \(captured.errText)")
+            #expect(captured.errText.hasPrefix("flowscope run: \(file): \(path): expected a number of seconds "), "\(captured.errText)")
+            #expect(captured.errText.contains("1000000000") && captured.errText.filter { $0 == "\n" }.count == 1, "\(captured.errText)")
+            #expect(captured.out.withLock { $0 }.isEmpty)
+        }
+    }
+
+    @Test("a scenario with every time at the 10^9 s limit plays and prints finite times in its timeline and JSON",
+          arguments: ["{ steps: [ { at: 1e9, call: 'getFlow', placement: 'p' } ] }",
+                      "{ steps: [ { at: 1e9, call: 'getFlow', placement: 'p', loadTimeout: 1e9 }, { at: 1e9, call: 'getFlowOrDefault', placement: 'p', timeout: 1e9 } ] }",
+                      "{ network: { latency: 1e9 }, client: { requestTimeout: 1e9 }, steps: [ { at: 1e9, call: 'preloadFlows', placements: ['a', 'b'] } ] }"])
+    func scenarioTimesAtTheLimit(text: String) async throws {
+        let file = try temporaryFile("limit.json5", Array(text.utf8))
+        for extra in [["--events"], ["--json"]] {
+            let captured = ReliabilityOutput()
+            let status = await CommandLine.run(["run", file] + extra, output: captured.output)
             #expect(status == ExitStatus.success || status == ExitStatus.failure, "\(status): \(captured.errText)")
-            #expect(!captured.out.withLock { $0 }.isEmpty)
+            let out = captured.out.withLock { $0 }
+            #expect(!out.isEmpty)
+            #expect(!out.contains("inf") && !out.contains("nan"), "\(out.prefix(600))")
+            if extra == ["--json"] {
+                let results = try JSON5.parse(out)["results"]?.arrayValue ?? []
+                #expect(!results.isEmpty)
+                for result in results {
+                    #expect(result["startedAt"]?.numberValue != nil && result["completedAt"]?.numberValue != nil, "\(result)")
+                }
+            }
         }
     }
 

@@ -75,6 +75,21 @@ struct ServeChecksTests {
              prepare: { try write(#"{ name: "x", bogus: 1 }"#, to: $0 + "/backend.json5") },
              config: #"{ demo: { scenario: "backend.json5" } }"#,
              error: "$.demo.scenario: $DIR/backend.json5: $"),
+        Case(name: "certificate directory below a file",
+             prepare: { try write("x", to: $0 + "/file") },
+             config: #"{ server: { tls: { dir: "file/x/tls" } } }"#,
+             error: "$.server.tls.dir: $DIR/file/x/tls: cannot be created: $DIR/file is not a directory"),
+        Case(name: "missing engine fallback file",
+             config: #"{ engine: { fallbackFile: "fb.json" } }"#,
+             error: "$.engine.fallbackFile: $DIR/fb.json: not found"),
+        Case(name: "engine fallback file is a directory",
+             prepare: { try FileManager.default.createDirectory(atPath: $0 + "/fb.json", withIntermediateDirectories: true) },
+             config: #"{ engine: { fallbackFile: "fb.json" } }"#,
+             error: "$.engine.fallbackFile: $DIR/fb.json: is a directory, expected a file"),
+        Case(name: "engine fallback file of another format version",
+             prepare: { try write(#"{ "formatVersion": 2, "placements": {} }"#, to: $0 + "/fb.json") },
+             config: #"{ engine: { fallbackFile: "fb.json" } }"#,
+             error: "$.engine.fallbackFile: $DIR/fb.json: $.formatVersion: unsupported formatVersion 2"),
         Case(name: "sink file below a file",
              prepare: { try write("x", to: $0 + "/file") },
              config: #"{ sinks: [ { type: "metrics" }, { type: "jsonl", path: "file/events.jsonl" } ] }"#,
@@ -130,6 +145,61 @@ struct ServeChecksTests {
         #expect(FileManager.default.fileExists(atPath: dir + "/state/token"))
         #expect(stack.tls?.certPEM == Self.pair.certPEM)
         #expect(try TestConnection(port: stack.server.port).request("GET", "/").text == "<!doctype html><title>mine</title>")
+    }
+
+    @Test("a nested server.tls.dir whose parents do not exist: check-config says ok, serve creates them mode 0700 and the certificate in it")
+    func nestedCertificateDirectory() async throws {
+        let dir = (makeTemporaryDirectory("checks") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        let path = dir + "/flowscope.json5"
+        try write(#"{ server: { stateDir: "a/b/state", tls: { dir: "x/y/tls" } }, demo: { enabled: false } }"#, to: path)
+        let check = await flowscope("check-config", path)
+        #expect(check.status == 0, "\(check.err)")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/a") && !FileManager.default.fileExists(atPath: dir + "/x"))
+        let stack = try ServeStack(config: try FlowScopeConfig.load(path: path), overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        #expect(stack.tls?.certPath == dir + "/x/y/tls/cert.pem")
+        for made in ["/a", "/a/b", "/a/b/state", "/x", "/x/y", "/x/y/tls"] {
+            #expect(StateModes.mode(dir + made) == 0o700, "\(made)")
+        }
+        #expect(StateModes.mode(dir + "/x/y/tls/key.pem") == 0o600)
+    }
+
+    @Test("an engine fallback file that exists and parses passes check-config, and serve starts with it")
+    func goodFallbackFile() async throws {
+        let dir = (makeTemporaryDirectory("checks") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        try write(#"{ "formatVersion": 1, "placements": {} }"#, to: dir + "/fb.json")
+        let path = dir + "/flowscope.json5"
+        try write(#"{ server: { stateDir: "state" }, engine: { fallbackFile: "fb.json" }, demo: { enabled: false } }"#, to: path)
+        let check = await flowscope("check-config", path)
+        #expect(check.status == 0 && check.out.hasPrefix("\(path): ok"), "\(check.err)")
+        let stack = try ServeStack(config: try FlowScopeConfig.load(path: path), overrides: ServeStack.Overrides(port: 0))
+        stack.stop()
+    }
+
+    @Test("check-config lists exactly the sinks serve runs, the metrics and memory sinks it adds included, in serve's order")
+    func sinksListedAreTheSinksServeRuns() async throws {
+        let configs: [(sinks: String, listed: String)] = [
+            (#"[ { type: "jsonl" }, { type: "sqlite" } ]"#, "metrics, memory, jsonl, sqlite"),
+            (#"[ { type: "jsonl" }, { type: "memory" } ]"#, "metrics, jsonl, memory"),
+            (#"[ { type: "memory" }, { type: "metrics" } ]"#, "memory, metrics"),
+            (#"[ { type: "metrics", enabled: false }, { type: "jsonl" } ]"#, "metrics, memory, jsonl; disabled: metrics"),
+            (#"[]"#, "metrics, memory"),
+        ]
+        for c in configs {
+            let dir = (makeTemporaryDirectory("checks") as NSString).standardizingPath
+            defer { removeDirectory(dir) }
+            let path = dir + "/flowscope.json5"
+            try write(#"{ server: { stateDir: "state" }, sinks: \#(c.sinks), demo: { enabled: false } }"#, to: path)
+            let check = await flowscope("check-config", path)
+            #expect(check.out == "\(path): ok (sinks: \(c.listed); 7 strategies)\n", "\(c.sinks): \(check.err)")
+            let stack = try ServeStack(config: try FlowScopeConfig.load(path: path), overrides: ServeStack.Overrides(port: 0))
+            let running = stack.pipeline.stats().map(\.type)
+            stack.stop()
+            let listed = c.listed.split(separator: ";")[0].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            #expect(running == listed, "\(c.sinks)")
+        }
     }
 
     @Test("a bad flag is reported before a bad or missing config; a missing --config is 'not found' with its resolved path")
@@ -258,5 +328,12 @@ struct CompletionTests {
         #expect(install.out.components(separatedBy: "install -m").count == 2, "one file installed")
         let uninstall = try runProcess("/usr/bin/make", ["--no-print-directory", "-n", "uninstall", "PREFIX=/opt/fs"], currentDirectory: packageRoot)
         #expect(uninstall.out == "rm -f \"/opt/fs/bin/flowscope\"\n")
+    }
+}
+
+/// Permission bits, for the modes of created directories.
+enum StateModes {
+    static func mode(_ path: String) -> Int? {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int).map { $0 & 0o777 }
     }
 }

@@ -133,6 +133,8 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             (["--from", "https://127.0.0.1:1/api/events", "--ca", dir], "--ca \(dir): is a directory, expected a file"),
             (["--from", dir + "/empty.jsonl"], "no flow requests to fit"),
             (["--from", "https://"], "expected a URL"),
+            (["--from", "ftp://x"], "--from ftp://x: the URL scheme ftp is not read; expected https:// or http://"),
+            (["--from", "FILE:///tmp/t.jsonl"], "--from FILE:///tmp/t.jsonl: the URL scheme file is not read; expected https:// or http://"),
             (["--sweep", "loadTimeout=1:10"], "--sweep: expected NAME=FROM:TO:STEP"),
             (["--sweep", "budget=1:2:1"], "--sweep: unknown parameter \"budget\""),
             (["--max-p95", "soon"], "--max-p95 expects a number of seconds > 0"),
@@ -144,6 +146,34 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             #expect(run.err.contains(message), "\(extra): \(run.err)")
             #expect(run.err.split(separator: "\n").count == 1, "\(extra): \(run.err)")
         }
+    }
+
+    @Test("an --out that cannot take the report is a usage error naming --out before anything is simulated or saved")
+    func aBadOutIsRefusedBeforeTheRun() async throws {
+        let dir = (makeTemporaryDirectory("out") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        try write("x", to: dir + "/afile")
+        try FileManager.default.createDirectory(atPath: dir + "/taken/simulate.json", withIntermediateDirectories: true)
+        let cases: [(out: String, message: String)] = [
+            (dir + "/afile", "--out \(dir)/afile: not a directory; expected a directory for simulate.json and report.html"),
+            (dir + "/afile/sub", "--out \(dir)/afile/sub: cannot be created: \(dir)/afile is not a directory; expected a directory for simulate.json and report.html"),
+            (dir + "/taken", "--out \(dir)/taken: simulate.json is a directory; expected a file to replace or none"),
+            ("", "--out expects a directory (for simulate.json and report.html)"),
+        ]
+        for c in cases {
+            let started = Date()
+            let run = await flowscope(["simulate", "--sessions", "50", "--threads", "1", "--state-dir", dir + "/state", "--out", c.out])
+            #expect(run.status == 2, "\(c.out): \(run.err)")
+            #expect(run.err == "flowscope simulate: \(c.message)\n", "\(c.out)")
+            #expect(run.out.isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: dir + "/state"), "nothing saved: the run never started")
+            #expect(Date().timeIntervalSince(started) < 5)
+        }
+        #expect(try String(contentsOfFile: dir + "/afile", encoding: .utf8) == "x")
+        // A directory that does not exist yet is created, with its parents.
+        let made = await flowscope(["simulate", "--sessions", "10", "--threads", "1", "--state-dir", dir + "/state", "--out", dir + "/new/report"])
+        #expect(made.status == 0, "\(made.err)")
+        #expect(FileManager.default.fileExists(atPath: dir + "/new/report/simulate.json"))
     }
 
     @Test func anSQLiteSourceIsReadWithoutChangingItAndAnotherDatabaseIsRefusedInOneLine() async throws {

@@ -45,7 +45,7 @@ struct SinkConfigDirectoryTests {
         }
         let check = await run("check-config", config)
         #expect(check.status == 0, "\(check.err)")
-        #expect(check.out == "\(config): ok (sinks: resolving; 7 strategies)\n")
+        #expect(check.out == "\(config): ok (sinks: metrics, memory, resolving; 7 strategies)\n")  // with the two serve adds
 
         let serve = await run("serve", "--config", config, "--port", "0", "--no-demo")
         #expect(serve.status == 2)

@@ -185,3 +185,49 @@ struct EventAttributeTests {
         #expect(events.count > 500)
     }
 }
+
+@Suite("Scenario times and durations")
+struct ScenarioTimeLimitTests {
+    /// A scenario with one step, `step` and `extra` spliced into it.
+    func scenario(step: String = #""at": 0, "call": "getFlow", "placement": "p""#, _ extra: String = "") -> String {
+        #"{ \#(extra) "steps": [ { \#(step) } ], "expect": [ { "step": 0 } ] }"#
+    }
+
+    @Test("every time and duration beyond 10^9 s is an error naming its JSON path and the allowed range; 10^9 itself is accepted")
+    func beyondTheLimit() throws {
+        let huge = "1e308", over = "1000000001"
+        let cases: [(text: String, path: String, range: String)] = [
+            (scenario(step: #""at": \#(huge), "call": "restart""#), "$.steps[0].at", "from 0 to 1000000000"),
+            (scenario(step: #""at": \#(over), "call": "restart""#), "$.steps[0].at", "from 0 to 1000000000"),
+            (scenario(#""network": { "latency": \#(huge) },"#), "$.network.latency", "from 0 to 1000000000"),
+            (scenario(#""network": { "rules": [ { "latency": \#(huge) } ] },"#), "$.network.rules[0].latency", "from 0 to 1000000000"),
+            (scenario(#""cache": [ { "placement": "p", "variation": "v", "age": \#(huge) } ],"#), "$.cache[0].age", "from 0 to 1000000000"),
+            (scenario(#""profile": { "id": "u", "attribution": { "appleAds": { "appliesAt": \#(huge) } } },"#),
+             "$.profile.attribution.appleAds.appliesAt", "from 0 to 1000000000"),
+            (scenario(#""client": { "requestTimeout": \#(huge) },"#), "$.client.requestTimeout", "> 0 and <= 1000000000"),
+            (scenario(step: #""at": 0, "call": "getFlow", "placement": "p", "loadTimeout": \#(huge)"#), "$.steps[0].loadTimeout", "<= 1000000000"),
+            (scenario(step: #""at": 0, "call": "getFlowOrDefault", "placement": "p", "timeout": \#(huge)"#), "$.steps[0].timeout", "<= 1000000000"),
+            (scenario(step: #""at": 0, "call": "getFlow", "placement": "p", "fetchPolicy": { "returnCacheDataIfNotExpiredElseLoad": { "maxAge": \#(huge) } }"#),
+             "$.steps[0].fetchPolicy.returnCacheDataIfNotExpiredElseLoad.maxAge", "from 0 to 1000000000"),
+            (#"{ "steps": [ { "at": 0, "call": "restart" } ], "expect": [ { "step": 0, "completedAt": \#(huge) } ] }"#,
+             "$.expect[0].completedAt", "from 0 to 1000000000"),
+            (scenario(step: #""at": 0, "call": "identify", "profile": { "id": "v", "attribution": { "appleAds": { "appliesAt": \#(huge) } } }"#),
+             "$.steps[0].profile.attribution.appleAds.appliesAt", "from 0 to 1000000000"),
+        ]
+        for c in cases {
+            do {
+                _ = try Scenario.decode(c.text, file: "s.json5")
+                Issue.record("accepted: \(c.text)")
+            } catch {
+                #expect(error.description.hasPrefix("s.json5: \(c.path): expected a number of seconds \(c.range)"), "\(c.text) -> \(error.description)")
+            }
+        }
+        // At the limit: accepted, and played with finite times.
+        let limit = try Scenario.decode(scenario(step: #""at": 1000000000, "call": "getFlow", "placement": "p", "loadTimeout": 1000000000"#,
+                                                 #""network": { "latency": 1000000000 }, "cache": [ { "placement": "p", "variation": "v", "age": 1000000000 } ],"#))
+        #expect(limit.steps[0].at == 1_000_000_000)
+        // A negative loadTimeout stays the engine's to refuse (3001), as docs/scenario-format.md says.
+        let negative = try Scenario.decode(scenario(step: #""at": 0, "call": "getFlow", "placement": "p", "loadTimeout": -1"#))
+        #expect(negative.steps.count == 1)
+    }
+}
