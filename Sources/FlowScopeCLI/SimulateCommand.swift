@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowJSON
 import FlowSim
+import FlowTLS
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -87,7 +88,7 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
         case .success(let s): source = s
         case .failure(let e): return usage(e.message)
         }
-        if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) {
+        if let ca = args.value("ca"), let problem = ServeChecks.fileProblem(ca) ?? TLSTransport.certificateProblem(ca) {
             return usage("--ca \(FlowScopeConfig.absolutePath(ca)): \(problem)")
         }
         switch await source.read(caFile: args.value("ca"), token: args.value("token")) {

@@ -131,6 +131,8 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             (["--from", dir + "/junk.sqlite"], "--from \(dir)/junk.sqlite: line 1:"),
             (["--from", "https://127.0.0.1:1/api/events", "--ca", dir + "/missing.pem"], "--ca \(dir)/missing.pem: not found"),
             (["--from", "https://127.0.0.1:1/api/events", "--ca", dir], "--ca \(dir): is a directory, expected a file"),
+            (["--from", "https://127.0.0.1:1/api/events", "--ca", "/etc/hostname"],
+             "--ca /etc/hostname: expected a PEM certificate (-----BEGIN CERTIFICATE-----), found none"),
             (["--from", dir + "/empty.jsonl"], "no flow requests to fit"),
             (["--from", "https://"], "expected a URL"),
             (["--from", "ftp://x"], "--from ftp://x: the URL scheme ftp is not read; expected https:// or http://"),
