@@ -163,7 +163,7 @@ struct FlowTraceTests {
     }
 
     @Test("a test name too long for a run still leaves a trace file and a stream that decode, and long names stay apart")
-    func longNames() async throws {
+    func attachLongNames() async throws {  // "attach…": runs in the serial pass (Makefile)
         let dir = Fixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
