@@ -142,7 +142,7 @@ struct CallQueryTests {
         let (memory, _) = try Self.store()
         let r = Self.router(memory)
         for (name, value) in [("limit", "0"), ("limit", "many"), ("minDuration", "fast"), ("maxDuration", "-1s"), ("minDuration", "3 parsecs"),
-                              ("targetingLost", "maybe"), ("errorCode", "a b"), ("trace", "xyz"), ("trace", String(repeating: "a", count: 33)),
+                              ("targetingLost", "maybe"), ("errorCode", "a b"), ("errorCode", "abc"), ("errorCode", "2005x"), ("errorCode", "-2005"), ("trace", "xyz"), ("trace", String(repeating: "a", count: 33)),
                               ("from", "yesterday"), ("to", "-5 weeks"), ("from", "2026-13-01T00:00:00Z"),
                               ("q", String(repeating: "x", count: 201))] {
             for path in ["/api/calls", "/api/events"] {
@@ -153,6 +153,25 @@ struct CallQueryTests {
             }
         }
         #expect(Self.get(r, "/api/calls", [("limit", "5000")]).body["calls"]?.arrayValue?.count == 7, "limit over 1000 is capped, not refused")
+    }
+
+    @Test("over HTTPS, errorCode=abc is refused with a 400 JSON error naming the parameter; a code, any and none are served")
+    func errorCodeOverHTTPS() throws {
+        let (memory, _) = try Self.store()
+        let fixture = try ServerFixture { $0 = Self.router(memory) }
+        let c = try fixture.connect()
+        for path in ["/api/calls", "/api/events", "/api/placements"] {
+            let reply = try c.request("GET", "\(path)?run=live&errorCode=abc")
+            #expect(reply.status == 400, "\(path): \(reply.text)")
+            #expect(reply.header("content-type") == "application/json")
+            let message = (try? JSON5.parse(reply.text))?["error"]?["message"]?.stringValue
+            #expect(message == #"errorCode: expected an error code (a whole number such as 2005), any or none, got "abc""#, "\(path)")
+        }
+        for (value, count) in [("2004", 1), ("02004", 1), ("any", 2), ("none", 4), ("9000", 0)] {
+            let reply = try c.request("GET", "/api/calls?run=live&errorCode=\(value)")
+            #expect(reply.status == 200, "errorCode=\(value): \(reply.text)")
+            #expect((try? JSON5.parse(reply.text))?["counts"]?["matched"]?.intValue == count, "errorCode=\(value)")
+        }
     }
 
     @Test("a preload of two placements, one failed: with a placement filter, only that placement's failure counts")
