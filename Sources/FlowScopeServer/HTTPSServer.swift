@@ -212,7 +212,7 @@ final class DaemonHandle: @unchecked Sendable {
             MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(given), ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.limits.maxConnections), ptr_value: nil),
             MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: max(1, config.limits.maxConnectionsPerIP), ptr_value: nil),
-            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.limits.maxHeaderBytes), ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: config.limits.connectionMemoryBytes, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(1, config.limits.connectionTimeoutSeconds), ptr_value: nil),
             MHD_OptionItem(option: .URI_LOG_CALLBACK, value: unsafeBitCast(uriLog, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
@@ -265,6 +265,7 @@ final class ServerContext: Sendable {
     let token: AuthToken?
     let policy: AccessPolicy
     let maxBodyBytes: Int
+    let maxHeaderBytes: Int
     let log: @Sendable (String) -> Void
     let logClientErrors: Bool
     /// libmicrohttpd's messages about a connection its client ended or broke, logged or not.
@@ -295,6 +296,7 @@ final class ServerContext: Sendable {
         token = config.token
         policy = config.accessPolicy
         maxBodyBytes = config.limits.maxBodyBytes
+        maxHeaderBytes = max(4096, config.limits.maxHeaderBytes)
         log = config.log
         logClientErrors = config.logClientErrors
         handshake = config.insecureHTTP ? nil : HandshakeDeadline(connectionTimeoutSeconds: config.limits.connectionTimeoutSeconds)
@@ -344,6 +346,10 @@ final class ServerContext: Sendable {
             state.headersSeen = true
             if state.rawURI.isEmpty { state.rawURI = String(cString: url) }
             if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
+            if let oversized = oversizedHead(state: state, connection: connection) {
+                // Answered at once, without reading a body; libmicrohttpd closes the connection after.
+                return queue(oversized, on: connection, method: method)
+            }
             let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
             let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
             let waitsForContinue = header(connection, "Expect")?.lowercased() == "100-continue"
@@ -390,6 +396,19 @@ final class ServerContext: Sendable {
             return startStream(hub, response: response, request: request, on: connection)
         }
         return queue(response, on: connection, method: method)
+    }
+
+    /// 414 for a request target over `maxHeaderBytes`, 431 for a request head (request line and
+    /// header fields, as libmicrohttpd counted them) over it; nil for a head within the limit.
+    private func oversizedHead(state: RequestState, connection: OpaquePointer) -> Response? {
+        if state.rawURI.utf8.count > maxHeaderBytes {
+            return .error(414, "request target over \(maxHeaderBytes) bytes")
+        }
+        let headSize = ConnectionInfo.raw(connection, .CONNECTION_INFO_REQUEST_HEADER_SIZE).map { $0.load(as: Int.self) } ?? 0
+        if headSize > maxHeaderBytes {
+            return .error(431, "request header fields over \(maxHeaderBytes) bytes")
+        }
+        return nil
     }
 
     private func startStream(_ hub: SSEHub, response: Response, request: Request, on connection: OpaquePointer) -> MHD_Result {
@@ -582,8 +601,8 @@ enum MHDMessage {
     /// The starts of its messages about one connection that the client ended or broke: a TLS
     /// handshake that failed (a client rejecting the certificate, plain HTTP sent to the TLS port), a
     /// client gone while its response was being sent (an event stream closed) or while its request
-    /// was read, a malformed request that libmicrohttpd answered itself. Ordinary on any server; the
-    /// client sees the failure on its side.
+    /// was read, a malformed request that libmicrohttpd answered itself, a request head too large for
+    /// the connection's memory. Ordinary on any server; the client sees the failure on its side.
     static let clientErrorPrefixes = [
         "Error: received handshake message out of context.",
         "Failed to send data in request for ",
@@ -596,6 +615,8 @@ enum MHDMessage {
         "Error processing request (HTTP response code is ",
         "Too large value of 'Content-Length' header.",
         "Failed to parse `Content-Length' header.",
+        "Not enough memory in pool to allocate header record!",
+        "Closing connection (failed to create response header).",
     ]
 
     /// Whether `line` is one of those messages.
