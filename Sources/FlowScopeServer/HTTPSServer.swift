@@ -62,7 +62,7 @@ public final class HTTPSServer: Sendable {
         let host = config.bind == "localhost" ? "127.0.0.1" : config.bind
         let shownHost = host.contains(":") ? "[\(host)]" : host
         baseURL = "\(config.insecureHTTP ? "http" : "https")://\(shownHost):\(port)"
-        context = ServerContext(config: config, router: router)
+        context = ServerContext(config: config, router: router, port: port)
         listener = Mutex(.bound(fd))
     }
 
@@ -116,6 +116,14 @@ public final class HTTPSServer: Sendable {
     /// libmicrohttpd's messages about a connection that its client ended or broke (see
     /// `ServerConfig.logClientErrors`) since the server started, logged or not.
     public var clientErrors: Int { context.clientErrors.load(ordering: .relaxed) }
+
+    /// The URL to open in a browser when bound off loopback, `https://<host>:<port>/?token=<token>`
+    /// (see ``BrowserLogin``); nil on loopback, without a token, and for plain HTTP (the login's
+    /// cookie is `Secure`).
+    public var browserLoginURL: String? {
+        guard config.accessPolicy == .tokenEverywhere, !config.insecureHTTP, let token = config.token else { return nil }
+        return BrowserLogin.url(bind: config.bind, port: port, token: token)
+    }
 
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
@@ -264,6 +272,8 @@ final class ServerContext: Sendable {
     let router: Router
     let token: AuthToken?
     let policy: AccessPolicy
+    /// The browser login off loopback (nil on loopback and without a token).
+    let login: BrowserLogin?
     let maxBodyBytes: Int
     let maxHeaderBytes: Int
     let log: @Sendable (String) -> Void
@@ -291,10 +301,11 @@ final class ServerContext: Sendable {
     /// A line repeated within this interval of its last write is counted, not written.
     static let logRepeatInterval = Duration.seconds(1)
 
-    init(config: ServerConfig, router: Router) {
+    init(config: ServerConfig, router: Router, port: Int) {
         self.router = router
         token = config.token
         policy = config.accessPolicy
+        login = config.accessPolicy == .tokenEverywhere ? config.token.map { BrowserLogin(token: $0, port: port) } : nil
         maxBodyBytes = config.limits.maxBodyBytes
         maxHeaderBytes = max(4096, config.limits.maxHeaderBytes)
         log = config.log
@@ -356,7 +367,9 @@ final class ServerContext: Sendable {
             if length > maxBodyBytes {
                 state.rejection = .error(413, "request body over \(maxBodyBytes) bytes")
             } else if length > 0 || chunked, router.needsToken(method: method, rawPath: state.rawPath, policy: policy),
-                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false) {
+                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false),
+                      // A read with the login cookie is decided once its (discarded) body is read.
+                      !((method == "GET" || method == "HEAD") && (login?.accepts(cookieHeader: header(connection, "Cookie")) ?? false)) {
                 state.rejection = .unauthorized()
             }
             if let rejection = state.rejection, waitsForContinue || length > maxBodyBytes * 8 {
@@ -389,9 +402,9 @@ final class ServerContext: Sendable {
             return queue(.error(400, "malformed percent-encoding in the query"), on: connection, method: method)
         }
         let request = Request(method: method, path: state.rawPath, rawPath: state.rawPath, queryItems: queryItems,
-                              headers: headers(connection), body: state.body,
+                              rawQuery: state.rawQuery, headers: headers(connection), body: state.body,
                               remoteAddress: ClientAddress.of(connection) ?? "", pathParameters: [:])
-        let response = router.respond(to: request, token: token, policy: policy)
+        let response = router.respond(to: request, token: token, policy: policy, login: login)
         if case .eventStream(let hub) = response.body, method != "HEAD" {
             return startStream(hub, response: response, request: request, on: connection)
         }

@@ -57,7 +57,10 @@ public struct ServerConfig: Sendable {
     }
 
     /// Who needs the token, decided by the bind address.
-    public var accessPolicy: AccessPolicy { AccessPolicy(bindAddress: bind) }
+    public var accessPolicy: AccessPolicy { policyForTesting ?? AccessPolicy(bindAddress: bind) }
+
+    /// Tests only: a policy other than the bind address's (the off-loopback one on 127.0.0.1).
+    var policyForTesting: AccessPolicy?
 }
 
 /// Resource limits of the server.
