@@ -191,7 +191,8 @@ public struct CallFilter: Sendable, Equatable {
         case any
         /// No error (`none`).
         case none
-        /// This code (a preload matches when one of its placements failed with it).
+        /// This code, a whole number as decimal text without leading zeros (a preload matches when one
+        /// of its placements failed with it).
         case code(String)
     }
 
@@ -232,8 +233,11 @@ public struct CallFilter: Sendable, Equatable {
             case "any": f.errorCode = .any
             case "none": f.errorCode = ErrorCodeFilter.none
             default:
-                guard e.utf8.count <= 64, !e.contains(" ") else { throw CallQueryError("errorCode", "an error code, any or none", e) }
-                f.errorCode = .code(e)
+                // Error codes are whole numbers (2005); anything else could never match.
+                guard e.utf8.count <= 18, e.utf8.allSatisfy({ (48...57).contains($0) }), let code = Int(e) else {
+                    throw CallQueryError("errorCode", "an error code (a whole number such as 2005), any or none", e)
+                }
+                f.errorCode = .code(String(code))
             }
         }
         if let d = text("minDuration") {

@@ -75,6 +75,7 @@ let serveCommand = Command(spec: CommandSpec(
     }
     io.out("  token \(stack.token.path ?? "(from the config)")  (ingest: Authorization: Bearer <token>)\n")
     io.out("  metrics \(scheme)://\(host):\(stack.server.port)/metrics\n")
+    if let url = stack.server.browserLoginURL { io.out("  open in a browser (logs it in with the token): \(url)\n") }
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
     StopSignals.install(label: "flowscope serve")
     io.out("Stop with Ctrl-C.\n")

@@ -10,6 +10,8 @@ public struct Request: Sendable {
     public var rawPath: String
     /// Query parameters in order, percent-decoded (`+` is a space).
     public var queryItems: [(name: String, value: String)]
+    /// The query exactly as sent (still percent-encoded), without `?`; empty without one.
+    public var rawQuery: String
     /// Header fields with lowercased names; repeated fields are joined with `, `.
     public var headers: [String: String]
     /// The request body (at most `ServerLimits.maxBodyBytes`).
@@ -21,12 +23,15 @@ public struct Request: Sendable {
 
     /// A request; the server builds these, tests may too.
     public init(method: String, path: String, rawPath: String? = nil,
-                queryItems: [(name: String, value: String)] = [], headers: [String: String] = [:],
+                queryItems: [(name: String, value: String)] = [], rawQuery: String? = nil, headers: [String: String] = [:],
                 body: [UInt8] = [], remoteAddress: String = "127.0.0.1", pathParameters: [String: String] = [:]) {
         self.method = method
         self.path = path
         self.rawPath = rawPath ?? path
         self.queryItems = queryItems
+        // Without one given: the items, encoded again (what a test's request would have sent).
+        self.rawQuery = rawQuery ?? queryItems.map { PercentEncoding.query($0.name) + "=" + PercentEncoding.query($0.value) }
+            .joined(separator: "&")
         self.headers = headers
         self.body = body
         self.remoteAddress = remoteAddress

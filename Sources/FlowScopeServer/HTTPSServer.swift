@@ -62,7 +62,7 @@ public final class HTTPSServer: Sendable {
         let host = config.bind == "localhost" ? "127.0.0.1" : config.bind
         let shownHost = host.contains(":") ? "[\(host)]" : host
         baseURL = "\(config.insecureHTTP ? "http" : "https")://\(shownHost):\(port)"
-        context = ServerContext(config: config, router: router)
+        context = ServerContext(config: config, router: router, port: port)
         listener = Mutex(.bound(fd))
     }
 
@@ -116,6 +116,14 @@ public final class HTTPSServer: Sendable {
     /// libmicrohttpd's messages about a connection that its client ended or broke (see
     /// `ServerConfig.logClientErrors`) since the server started, logged or not.
     public var clientErrors: Int { context.clientErrors.load(ordering: .relaxed) }
+
+    /// The URL to open in a browser when bound off loopback, `https://<host>:<port>/?token=<token>`
+    /// (see ``BrowserLogin``); nil on loopback, without a token, and for plain HTTP (the login's
+    /// cookie is `Secure`).
+    public var browserLoginURL: String? {
+        guard config.accessPolicy == .tokenEverywhere, !config.insecureHTTP, let token = config.token else { return nil }
+        return BrowserLogin.url(bind: config.bind, port: port, token: token)
+    }
 
     /// Per-request state objects alive now (0 when idle; a test hook for leaks).
     var liveRequests: Int { context.liveRequests.load(ordering: .relaxed) }
@@ -212,7 +220,7 @@ final class DaemonHandle: @unchecked Sendable {
             MHD_OptionItem(option: .LISTEN_SOCKET, value: Int(given), ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.limits.maxConnections), ptr_value: nil),
             MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: max(1, config.limits.maxConnectionsPerIP), ptr_value: nil),
-            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.limits.maxHeaderBytes), ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: config.limits.connectionMemoryBytes, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(1, config.limits.connectionTimeoutSeconds), ptr_value: nil),
             MHD_OptionItem(option: .URI_LOG_CALLBACK, value: unsafeBitCast(uriLog, to: Int.self), ptr_value: cls),
             MHD_OptionItem(option: .NOTIFY_COMPLETED, value: unsafeBitCast(completed, to: Int.self), ptr_value: cls),
@@ -264,7 +272,10 @@ final class ServerContext: Sendable {
     let router: Router
     let token: AuthToken?
     let policy: AccessPolicy
+    /// The browser login off loopback (nil on loopback and without a token).
+    let login: BrowserLogin?
     let maxBodyBytes: Int
+    let maxHeaderBytes: Int
     let log: @Sendable (String) -> Void
     let logClientErrors: Bool
     /// libmicrohttpd's messages about a connection its client ended or broke, logged or not.
@@ -290,11 +301,13 @@ final class ServerContext: Sendable {
     /// A line repeated within this interval of its last write is counted, not written.
     static let logRepeatInterval = Duration.seconds(1)
 
-    init(config: ServerConfig, router: Router) {
+    init(config: ServerConfig, router: Router, port: Int) {
         self.router = router
         token = config.token
         policy = config.accessPolicy
+        login = config.accessPolicy == .tokenEverywhere ? config.token.map { BrowserLogin(token: $0, port: port) } : nil
         maxBodyBytes = config.limits.maxBodyBytes
+        maxHeaderBytes = max(4096, config.limits.maxHeaderBytes)
         log = config.log
         logClientErrors = config.logClientErrors
         handshake = config.insecureHTTP ? nil : HandshakeDeadline(connectionTimeoutSeconds: config.limits.connectionTimeoutSeconds)
@@ -344,13 +357,19 @@ final class ServerContext: Sendable {
             state.headersSeen = true
             if state.rawURI.isEmpty { state.rawURI = String(cString: url) }
             if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
+            if let oversized = oversizedHead(state: state, connection: connection) {
+                // Answered at once, without reading a body; libmicrohttpd closes the connection after.
+                return queue(oversized, on: connection, method: method)
+            }
             let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
             let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
             let waitsForContinue = header(connection, "Expect")?.lowercased() == "100-continue"
             if length > maxBodyBytes {
                 state.rejection = .error(413, "request body over \(maxBodyBytes) bytes")
             } else if length > 0 || chunked, router.needsToken(method: method, rawPath: state.rawPath, policy: policy),
-                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false) {
+                      !(token?.accepts(authorization: header(connection, "Authorization")) ?? false),
+                      // A read with the login cookie is decided once its (discarded) body is read.
+                      !((method == "GET" || method == "HEAD") && (login?.accepts(cookieHeader: header(connection, "Cookie")) ?? false)) {
                 state.rejection = .unauthorized()
             }
             if let rejection = state.rejection, waitsForContinue || length > maxBodyBytes * 8 {
@@ -383,13 +402,26 @@ final class ServerContext: Sendable {
             return queue(.error(400, "malformed percent-encoding in the query"), on: connection, method: method)
         }
         let request = Request(method: method, path: state.rawPath, rawPath: state.rawPath, queryItems: queryItems,
-                              headers: headers(connection), body: state.body,
+                              rawQuery: state.rawQuery, headers: headers(connection), body: state.body,
                               remoteAddress: ClientAddress.of(connection) ?? "", pathParameters: [:])
-        let response = router.respond(to: request, token: token, policy: policy)
+        let response = router.respond(to: request, token: token, policy: policy, login: login)
         if case .eventStream(let hub) = response.body, method != "HEAD" {
             return startStream(hub, response: response, request: request, on: connection)
         }
         return queue(response, on: connection, method: method)
+    }
+
+    /// 414 for a request target over `maxHeaderBytes`, 431 for a request head (request line and
+    /// header fields, as libmicrohttpd counted them) over it; nil for a head within the limit.
+    private func oversizedHead(state: RequestState, connection: OpaquePointer) -> Response? {
+        if state.rawURI.utf8.count > maxHeaderBytes {
+            return .error(414, "request target over \(maxHeaderBytes) bytes")
+        }
+        let headSize = ConnectionInfo.raw(connection, .CONNECTION_INFO_REQUEST_HEADER_SIZE).map { $0.load(as: Int.self) } ?? 0
+        if headSize > maxHeaderBytes {
+            return .error(431, "request header fields over \(maxHeaderBytes) bytes")
+        }
+        return nil
     }
 
     private func startStream(_ hub: SSEHub, response: Response, request: Request, on connection: OpaquePointer) -> MHD_Result {
@@ -582,8 +614,8 @@ enum MHDMessage {
     /// The starts of its messages about one connection that the client ended or broke: a TLS
     /// handshake that failed (a client rejecting the certificate, plain HTTP sent to the TLS port), a
     /// client gone while its response was being sent (an event stream closed) or while its request
-    /// was read, a malformed request that libmicrohttpd answered itself. Ordinary on any server; the
-    /// client sees the failure on its side.
+    /// was read, a malformed request that libmicrohttpd answered itself, a request head too large for
+    /// the connection's memory. Ordinary on any server; the client sees the failure on its side.
     static let clientErrorPrefixes = [
         "Error: received handshake message out of context.",
         "Failed to send data in request for ",
@@ -596,6 +628,8 @@ enum MHDMessage {
         "Error processing request (HTTP response code is ",
         "Too large value of 'Content-Length' header.",
         "Failed to parse `Content-Length' header.",
+        "Not enough memory in pool to allocate header record!",
+        "Closing connection (failed to create response header).",
     ]
 
     /// Whether `line` is one of those messages.

@@ -99,18 +99,27 @@ public struct Router: Sendable {
 
     /// Answers `request`: decodes the path, finds the route, checks the token under `policy`,
     /// applies the route's rate limit, then runs the handler. Errors get the JSON error shape.
-    public func respond(to request: Request, token: AuthToken?, policy: AccessPolicy) -> Response {
+    ///
+    /// With `login` (off loopback, see ``BrowserLogin``): a `GET` with `?token=` is a browser login
+    /// (303 with the cookie, or 401), and the login's cookie authorises `GET` and `HEAD` requests as
+    /// the bearer token does, except on routes that require the token.
+    public func respond(to request: Request, token: AuthToken?, policy: AccessPolicy, login: BrowserLogin? = nil) -> Response {
         var request = request
         guard let segments = Self.decodeSegments(request.rawPath) else {
             return .error(400, "malformed percent-encoding in the path")
         }
         request.path = "/" + segments.joined(separator: "/")
         let method = request.method == "HEAD" ? "GET" : request.method
+        if policy == .tokenEverywhere, method == "GET", let presented = request.query("token") {
+            guard let login else { return .unauthorized("invalid token in the URL") }
+            return login.login(request, presented: presented)
+        }
         let resolution = resolve(method: method, segments: segments)
         let authorized = token?.accepts(authorization: request.header("authorization")) ?? false
+        let cookie = method == "GET" && (login?.accepts(cookieHeader: request.header("cookie")) ?? false)
         if case .route(let route, _) = resolution, route.isPublic {
             // /healthz: open under every policy.
-        } else if policy == .tokenEverywhere && !authorized {
+        } else if policy == .tokenEverywhere && !authorized && !cookie {
             return .unauthorized()
         }
         switch resolution {
@@ -229,5 +238,19 @@ public enum PercentDecoding {
         case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
         default: nil
         }
+    }
+}
+
+/// Percent-encoding of query components.
+enum PercentEncoding {
+    private static let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
+
+    /// `text` with every byte but the unreserved ones (RFC 3986) as `%XX`.
+    static func query(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            if unreserved.contains(byte) { out.unicodeScalars.append(UnicodeScalar(byte)) } else { out += "%" + hexByte(byte, uppercase: true) }
+        }
+        return out
     }
 }

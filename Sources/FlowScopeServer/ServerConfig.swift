@@ -57,7 +57,10 @@ public struct ServerConfig: Sendable {
     }
 
     /// Who needs the token, decided by the bind address.
-    public var accessPolicy: AccessPolicy { AccessPolicy(bindAddress: bind) }
+    public var accessPolicy: AccessPolicy { policyForTesting ?? AccessPolicy(bindAddress: bind) }
+
+    /// Tests only: a policy other than the bind address's (the off-loopback one on 127.0.0.1).
+    var policyForTesting: AccessPolicy?
 }
 
 /// Resource limits of the server.
@@ -66,7 +69,9 @@ public struct ServerLimits: Sendable, Equatable {
     public var maxConnections: Int
     /// Open connections from one client address; further ones are closed at once. Default 32.
     public var maxConnectionsPerIP: Int
-    /// Per-connection memory, which bounds the request line plus headers (431/414 beyond). Default 32 KiB.
+    /// The largest request head served: the request line and header fields, as sent. Default 32 KiB.
+    /// Beyond it the server answers 414 (a request target longer than this) or 431, with the JSON
+    /// error body, as long as the head fits in `connectionMemoryBytes` (see there).
     public var maxHeaderBytes: Int
     /// Request body cap; larger bodies get 413. Default 1 MiB.
     public var maxBodyBytes: Int
@@ -75,6 +80,20 @@ public struct ServerLimits: Sendable, Equatable {
     public var connectionTimeoutSeconds: Int
     /// libmicrohttpd worker threads (epoll each); default the number of online cores.
     public var threads: Int
+
+    /// libmicrohttpd's memory per connection (`MHD_OPTION_CONNECTION_MEMORY_LIMIT`):
+    /// `maxHeaderBytes` plus 32 KiB (64 KiB by default), the hard bound on what one connection's
+    /// request head takes.
+    ///
+    /// libmicrohttpd 0.9.75 keeps the request line and every header field in it, each field with
+    /// about 64 bytes of its own bookkeeping, and needs room there for the answer's header. A head too
+    /// large for it never reaches FlowScope: libmicrohttpd answers 431 (414 while still in the request
+    /// line) with its own HTML body, or closes the connection when the head leaves no room for an
+    /// answer. Heads over `maxHeaderBytes` that fit get FlowScope's JSON 414/431.
+    public var connectionMemoryBytes: Int { max(4096, maxHeaderBytes) + Self.connectionMemoryMargin }
+
+    /// What `connectionMemoryBytes` adds to `maxHeaderBytes`: 32 KiB.
+    public static let connectionMemoryMargin = 32 * 1024
 
     /// Limits with the defaults above, overridable one by one.
     public init(maxConnections: Int = 512, maxConnectionsPerIP: Int = 32, maxHeaderBytes: Int = 32 * 1024,

@@ -440,6 +440,54 @@ struct AbuseRealTimeTests {
         #expect(folded.reduce(0, +) + after.filter { !$0.hasPrefix("(") }.count == 201, "\(after)")
     }
 
+    @Test("200 connections each holding an unfinished request head just under the connection memory cost at most that memory each, and all are answered")
+    func largeHeadsStayBounded() throws {
+        let clients = 200
+        let fdLimit = raiseOpenFileLimit(to: 4 * clients + 256)
+        try #require(fdLimit >= 2 * clients + 128, "ulimit -n is \(fdLimit)")
+        let fixture = try ServerFixture(limits: ServerLimits(maxConnections: clients + 50, maxConnectionsPerIP: clients + 50,
+                                                             connectionTimeoutSeconds: 60))
+        let memory = fixture.server.config.limits.connectionMemoryBytes
+        let port = fixture.port
+        // Everything of a head of `memory - 2048` bytes but its final empty line: the server holds it all.
+        let whole = ServerTests.head(bytes: memory - 2048)
+        let partial = String(whole.dropLast(1)) // one Character: "\r\n"
+        let boxes = (0..<clients).map { _ in ConnectionBox() }
+        let failures = Mutex<[String]>([])
+        let rssBefore = residentBytes()
+        let sent = onThreads(8, count: clients, timeout: .seconds(120)) { i in
+            do {
+                let c = try TestConnection(port: port, timeout: 30)
+                try c.send(partial)
+                boxes[i].connection = c
+            } catch {
+                failures.withLock { $0.append("c\(i): \(error)") }
+            }
+        }
+        usleep(500_000) // the server reads what was sent
+        let rssHeld = residentBytes()
+        let perConnection = (rssHeld - rssBefore) / clients
+        let answered = onThreads(8, count: clients, timeout: .seconds(120)) { i in
+            guard let c = boxes[i].connection else { return }
+            do {
+                try c.send("\r\n")
+                let reply = try c.readResponse()
+                if reply.status != 431 || reply.header("content-type") != "application/json" {
+                    failures.withLock { $0.append("c\(i): \(reply.status)") }
+                }
+            } catch {
+                failures.withLock { $0.append("c\(i) answer: \(error)") }
+            }
+        }
+        for box in boxes { box.connection = nil }
+        print("abuse.largeHeads: \(clients) connections holding \(partial.utf8.count)-byte heads (connection memory \(memory >> 10) KiB): RSS before \(rssBefore >> 20) MiB, held \(rssHeld >> 20) MiB, \(perConnection >> 10) KiB per connection (client and server ends)")
+        #expect(sent && answered)
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0.prefix(5) })")
+        // The server's pool (64 KiB) plus the client's copy of the head, TLS state on both ends.
+        #expect(perConnection < 512 << 10, "\(perConnection >> 10) KiB per connection")
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+    }
+
     @Test("garbage, oversized and over-count ingest bodies are refused with JSON errors; nothing partial is accepted; memory stays bounded")
     func garbageBodies() throws {
         let stack = try DashboardFixture(limits: ServerLimits(maxBodyBytes: 1 << 20, connectionTimeoutSeconds: 30))

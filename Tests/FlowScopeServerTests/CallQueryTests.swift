@@ -1,7 +1,9 @@
 import FlowEvents
+import Foundation
 import FlowJSON
 @testable import FlowScopeServer
 import MemorySink
+import SQLiteSink
 import Synchronization
 import Testing
 
@@ -142,7 +144,7 @@ struct CallQueryTests {
         let (memory, _) = try Self.store()
         let r = Self.router(memory)
         for (name, value) in [("limit", "0"), ("limit", "many"), ("minDuration", "fast"), ("maxDuration", "-1s"), ("minDuration", "3 parsecs"),
-                              ("targetingLost", "maybe"), ("errorCode", "a b"), ("trace", "xyz"), ("trace", String(repeating: "a", count: 33)),
+                              ("targetingLost", "maybe"), ("errorCode", "a b"), ("errorCode", "abc"), ("errorCode", "2005x"), ("errorCode", "-2005"), ("trace", "xyz"), ("trace", String(repeating: "a", count: 33)),
                               ("from", "yesterday"), ("to", "-5 weeks"), ("from", "2026-13-01T00:00:00Z"),
                               ("q", String(repeating: "x", count: 201))] {
             for path in ["/api/calls", "/api/events"] {
@@ -153,6 +155,70 @@ struct CallQueryTests {
             }
         }
         #expect(Self.get(r, "/api/calls", [("limit", "5000")]).body["calls"]?.arrayValue?.count == 7, "limit over 1000 is capped, not refused")
+    }
+
+    @Test("over HTTPS, errorCode=abc is refused with a 400 JSON error naming the parameter; a code, any and none are served")
+    func errorCodeOverHTTPS() throws {
+        let (memory, _) = try Self.store()
+        let fixture = try ServerFixture { $0 = Self.router(memory) }
+        let c = try fixture.connect()
+        for path in ["/api/calls", "/api/events", "/api/placements"] {
+            let reply = try c.request("GET", "\(path)?run=live&errorCode=abc")
+            #expect(reply.status == 400, "\(path): \(reply.text)")
+            #expect(reply.header("content-type") == "application/json")
+            let message = (try? JSON5.parse(reply.text))?["error"]?["message"]?.stringValue
+            #expect(message == #"errorCode: expected an error code (a whole number such as 2005), any or none, got "abc""#, "\(path)")
+        }
+        for (value, count) in [("2004", 1), ("02004", 1), ("any", 2), ("none", 4), ("9000", 0)] {
+            let reply = try c.request("GET", "/api/calls?run=live&errorCode=\(value)")
+            #expect(reply.status == 200, "errorCode=\(value): \(reply.text)")
+            #expect((try? JSON5.parse(reply.text))?["counts"]?["matched"]?.intValue == count, "errorCode=\(value)")
+        }
+    }
+
+    @Test("without run, /api/calls, /api/events and /api/placements answer the runs in memory (this start's); a named run not in memory is read from the sqlite file, live too until its first event of this start")
+    func omittedRunIsTheMemorySinks() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        // An earlier start stored two live calls and one of test:old.
+        let sqlite = try SQLiteSink(path: dir + "/events.sqlite")
+        var earlier = Builder()
+        let storedLive = [earlier.fetch(at: 0, placement: "main_paywall", duration: 0.2, source: "network"),
+                          earlier.fetch(at: 1, placement: "onboarding", duration: 0.3, source: "cache")]
+        let storedOther = earlier.fetch(at: 2, placement: "main_paywall", duration: 0.4, source: "network", run: "test:old")
+        let storedCount = try earlier.envelopes().count
+        sqlite.consume(try earlier.envelopes())
+        let memory = MemorySink()
+        let fixture = try ServerFixture { $0 = Self.router(LayeredEventStore(primary: memory, archive: sqlite)) }
+        let c = try fixture.connect()
+        func calls(_ query: String) throws -> [String] {
+            let reply = try c.request("GET", "/api/calls" + query)
+            #expect(reply.status == 200, "\(query): \(reply.text)")
+            return (try JSON5.parse(reply.text))["calls"]?.arrayValue?.compactMap { $0["trace"]?.stringValue } ?? []
+        }
+        func events(_ query: String) throws -> Int {
+            (try JSON5.parse(try c.request("GET", "/api/events" + query).text))["events"]?.arrayValue?.count ?? -1
+        }
+        func placements(_ query: String) throws -> [String] {
+            let rows = (try JSON5.parse(try c.request("GET", "/api/placements" + query).text))["placements"]?.arrayValue ?? []
+            return rows.compactMap { $0["placement"]?.stringValue }.sorted()
+        }
+
+        // After the restart, before this start's first event: nothing without run; the stored runs by name.
+        #expect(try calls("") == [] && events("") == 0 && placements("") == [])
+        #expect(try Set(calls("?run=live")) == Set(storedLive))
+        #expect(try events("?run=live") == 8 && placements("?run=live") == ["main_paywall", "onboarding"])
+        #expect(try calls("?run=test:old") == [storedOther])
+
+        // This start's first events: live is read from memory only; without run, memory's runs.
+        let fresh = earlier.fetch(at: 10, placement: "checkout", duration: 0.1, source: "network")
+        let test = earlier.fetch(at: 11, placement: "checkout", duration: 0.1, source: "network", run: "test:new")
+        memory.consume(Array(try earlier.envelopes().dropFirst(storedCount)))
+        #expect(try calls("?run=live") == [fresh])
+        #expect(try calls("") == [test, fresh])
+        #expect(try events("") == 8 && placements("") == ["checkout"])
+        #expect(try calls("?run=test:old") == [storedOther], "a run memory never held is still read from the file")
+        sqlite.close()
     }
 
     @Test("a preload of two placements, one failed: with a placement filter, only that placement's failure counts")

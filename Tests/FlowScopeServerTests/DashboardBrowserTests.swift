@@ -309,15 +309,16 @@ final class DashboardStack {
     /// A stack on `port` (0: any free port), e.g. the port of a stack stopped before, to restart it.
     /// With `archive` (a sink that is also an event store, as the sqlite sink), the API reads the
     /// runs memory does not hold from it, as `flowscope serve` does.
+    /// `policy`: another access policy than 127.0.0.1's (the off-loopback one, for the browser login).
     init(extraSinks: [any EventSink] = [], archive: (any EventSink & EventStore)? = nil, simulations: SimulationRuns = .none,
-         port: Int = 0) throws {
+         port: Int = 0, policy: AccessPolicy? = nil) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks + (archive.map { [$0] } ?? []))
         let store: any EventStore = archive.map { LayeredEventStore(primary: memory, archive: $0) } ?? memory
         let hub = SSEHub(heartbeatInterval: .seconds(2), replay: DashboardAPI.replay(store: memory))
         let web = try StaticFiles(root: Self.webRoot)
-        fixture = try ServerFixture(port: port) { router in
+        fixture = try ServerFixture(port: port, policy: policy) { router in
             router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
                                          web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
         }
@@ -362,7 +363,8 @@ final class DashboardStack {
         let deadline = Date().addingTimeInterval(timeout)
         var last = ""
         while Date() < deadline {
-            last = try fixture.connect().request("GET", "/api/placements?run=live").text
+            last = try fixture.connect().request("GET", "/api/placements?run=live",
+                                                 headers: [("Authorization", "Bearer \(fixture.token.value)")]).text
             let rows = try JSON5.parse(last)["placements"]?.arrayValue ?? []
             if rows.contains(where: { $0["placement"]?.stringValue == placement && ($0["fetches"]?.numberValue ?? 0) >= Double(count) }) {
                 return

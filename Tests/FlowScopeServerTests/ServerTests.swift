@@ -360,19 +360,73 @@ struct ServerTests {
         #expect(priorities != nil)
     }
 
-    @Test("oversized request headers and URIs are refused and the server keeps answering")
+    /// A request head of exactly `bytes` bytes: a header field padded to size, or the query.
+    static func head(bytes: Int, inQuery: Bool = false) -> String {
+        if inQuery {
+            let fixed = "GET /healthz? HTTP/1.1\r\nHost: x\r\n\r\n".utf8.count
+            return "GET /healthz?" + String(repeating: "u", count: bytes - fixed) + " HTTP/1.1\r\nHost: x\r\n\r\n"
+        }
+        let fixed = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: \r\n\r\n".utf8.count
+        return "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + String(repeating: "b", count: bytes - fixed) + "\r\n\r\n"
+    }
+
+    @Test("a request head up to maxHeaderBytes is served; over it, 431 (414 for a long request target) with the JSON error body, and the server keeps answering")
     func headerLimit() throws {
-        let fixture = try ServerFixture(limits: ServerLimits(maxHeaderBytes: 8 * 1024, connectionTimeoutSeconds: 10))
-        let ok = try fixture.connect().request("GET", "/healthz", headers: [("X-Small", String(repeating: "s", count: 1000))])
-        #expect(ok.status == 200)
-        let big = try fixture.connect()
-        try big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 16 * 1024) + "\r\n\r\n")
-        let refused = try big.readResponse()
-        #expect(refused.status == 431 || refused.status == 413, "\(refused.status)")
-        let long = try fixture.connect()
-        try long.send("GET /" + String(repeating: "u", count: 16 * 1024) + " HTTP/1.1\r\nHost: x\r\n\r\n")
-        let tooLong = try long.readResponse()
-        #expect(tooLong.status == 414 || tooLong.status == 431, "\(tooLong.status)")
+        let fixture = try ServerFixture()
+        let limit = fixture.server.config.limits.maxHeaderBytes
+        #expect(limit == 32 * 1024 && fixture.server.config.limits.connectionMemoryBytes == 64 * 1024)
+        func send(_ head: String) throws -> HTTPReply {
+            let c = try fixture.connect()
+            try c.send(head)
+            return try c.readResponse()
+        }
+        #expect(try send(Self.head(bytes: limit)).status == 200, "a head of exactly the limit")
+        #expect(try send(Self.head(bytes: limit, inQuery: true)).status == 200, "a query filling the head to the limit")
+        let cases: [(String, Int, String)] = [
+            (Self.head(bytes: limit + 1), 431, "request header fields over 32768 bytes"),
+            (Self.head(bytes: 40_000), 431, "request header fields over 32768 bytes"),
+            (Self.head(bytes: limit + 1, inQuery: true), 431, "request header fields over 32768 bytes"),
+            (Self.head(bytes: 40_000, inQuery: true), 414, "request target over 32768 bytes"),
+            // A head well past the limit, still inside the connection's memory.
+            (Self.head(bytes: 60 * 1024), 431, "request header fields over 32768 bytes"),
+            (Self.head(bytes: 60 * 1024, inQuery: true), 414, "request target over 32768 bytes"),
+        ]
+        for (head, status, message) in cases {
+            let reply = try send(head)
+            #expect(reply.status == status, "\(head.utf8.count) bytes: \(reply.text.prefix(120))")
+            #expect(reply.header("content-type") == "application/json", "\(head.utf8.count) bytes")
+            #expect(reply.text == #"{"error":{"message":"\#(message)","status":\#(status)}}"# + "\n", "\(head.utf8.count) bytes")
+            #expect(reply.header("content-security-policy") == SecurityHeaders.contentSecurityPolicy)
+        }
+        // A kept-alive connection: a served request, then an oversized one, answered and closed.
+        let kept = try fixture.connect()
+        #expect(try kept.request("GET", "/healthz").status == 200)
+        try kept.send(Self.head(bytes: 40_000))
+        #expect(try kept.readResponse().status == 431)
+        #expect(kept.readSome() == nil, "the connection is closed after the refusal")
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+    }
+
+    @Test("a head past the connection memory (maxHeaderBytes + 32 KiB) never reaches the server: libmicrohttpd answers it, with HTML")
+    func headerHardBound() throws {
+        let fixture = try ServerFixture()
+        let memory = fixture.server.config.limits.connectionMemoryBytes
+        func send(_ head: String) throws -> HTTPReply {
+            let c = try fixture.connect()
+            try c.send(head)
+            return try c.readResponse()
+        }
+        // 2 KiB under the bound: JSON from the server; 1 KiB and more past it: libmicrohttpd's own page.
+        let below = try send(Self.head(bytes: memory - 2048))
+        #expect(below.status == 431 && below.header("content-type") == "application/json", "\(below.text.prefix(80))")
+        let belowURI = try send(Self.head(bytes: memory - 2048, inQuery: true))
+        #expect(belowURI.status == 414 && belowURI.header("content-type") == "application/json", "\(belowURI.text.prefix(80))")
+        for bytes in [memory + 1024, memory + 10_000] {
+            let header = try send(Self.head(bytes: bytes))
+            #expect(header.status == 431 && header.text.hasPrefix("<html>"), "\(bytes): \(header.status) \(header.text.prefix(80))")
+            let uri = try send(Self.head(bytes: bytes, inQuery: true))
+            #expect(uri.status == 414 && uri.text.hasPrefix("<html>"), "\(bytes): \(uri.status) \(uri.text.prefix(80))")
+        }
         #expect(try fixture.connect().request("GET", "/healthz").status == 200)
     }
 

@@ -22,14 +22,16 @@ final class ServerFixture {
     let server: HTTPSServer
     var port: Int { server.port }
 
+    /// `policy`: another access policy than the bind address's (the off-loopback one on 127.0.0.1).
     init(bind: String = "127.0.0.1", port: Int = 0, limits: ServerLimits = ServerLimits(connectionTimeoutSeconds: 10),
-         insecure: Bool = false, router configure: (inout Router) -> Void = { _ in }) throws {
+         insecure: Bool = false, policy: AccessPolicy? = nil, router configure: (inout Router) -> Void = { _ in }) throws {
         dir = makeTemporaryDirectory()
         tls = try TLSMaterial.loadOrCreate(stateDir: dir)
         token = try AuthToken.loadOrCreate(stateDir: dir)
         var router = Router()
         configure(&router)
-        let config = ServerConfig(bind: bind, port: port, tls: tls, insecureHTTP: insecure, token: token, limits: limits)
+        var config = ServerConfig(bind: bind, port: port, tls: tls, insecureHTTP: insecure, token: token, limits: limits)
+        config.policyForTesting = policy
         server = try HTTPSServer(config: config, router: router)
         try server.start()
     }

@@ -83,7 +83,7 @@ extension SQLiteSink: EventStore {
     /// The newest row id, nil when the store is empty.
     public var latestSeq: UInt64? {
         do throws(SQLiteSinkError) {
-            return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> UInt64? in
+            return try withReader { (db: Connection) throws(SQLiteSinkError) -> UInt64? in
                 let stmt = try db.prepare("SELECT max(id) FROM events")
                 guard sqlite3_step(stmt.raw) == SQLITE_ROW else { throw db.error("reading the newest row") }
                 return sqlite3_column_type(stmt.raw, 0) == SQLITE_NULL ? nil : UInt64(stmt.int64(0))
@@ -160,7 +160,7 @@ extension SQLiteSink: EventStore {
     private func countsByName(run: String) -> [String: JSONValue] {
         var byName: [String: JSONValue] = [:]
         do throws(SQLiteSinkError) {
-            try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
+            try withReader { (db: Connection) throws(SQLiteSinkError) in
                 let stmt = try db.prepare("SELECT name, count(*) FROM events WHERE run = ?1 GROUP BY name")
                 stmt.bind(1, run)
                 while true {
@@ -202,7 +202,7 @@ extension SQLiteSink: EventStore {
 
     private func readRuns(_ sql: String, run: String?, _ row: (String, RunTotals) -> Void) {
         do throws(SQLiteSinkError) {
-            try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
+            try withReader { (db: Connection) throws(SQLiteSinkError) in
                 let stmt = try db.prepare(sql)
                 if let run { stmt.bind(1, run) }
                 while true {
@@ -264,7 +264,7 @@ extension SQLiteSink: EventStore {
         // With a run, its index (`+` keeps SQLite from choosing the much larger set of one event name).
         let filter = run == nil ? "" : "run = ?1 AND +"
         do throws(SQLiteSinkError) {
-            try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) in
+            try withReader { (db: Connection) throws(SQLiteSinkError) in
                 /// Runs `sql` with the run bound to ?1, calling `row` for each result row.
                 func each(_ sql: String, _ row: (Statement) -> Void) throws(SQLiteSinkError) {
                     let stmt = try db.prepare(sql)

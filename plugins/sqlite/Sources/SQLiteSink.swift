@@ -156,8 +156,10 @@ public final class SQLiteSink: EventSink {
         var failing = false
     }
 
-    let writer: Mutex<Writer>
-    let reader: Mutex<Connection>
+    /// The writing connection and its statements; nil once closed.
+    let writer: Mutex<Writer?>
+    /// The querying connection; nil once closed.
+    let reader: Mutex<Connection?>
     private let counters = Mutex(Counters())
     private let now: @Sendable () -> Double
     /// Placements and counts by name of recently asked runs, with the totals they were counted at.
@@ -320,7 +322,14 @@ public final class SQLiteSink: EventSink {
         let step = max(1, options.batchSize)
         var stored = 0, failed = 0, deleted = 0, errors = 0
         var lastError: SQLiteSinkError?
-        writer.withLock { w in
+        writer.withLock { slot in
+            guard var w = slot else {
+                failed = batch.count
+                errors = 1
+                lastError = closedError
+                return
+            }
+            defer { slot = w }
             var start = 0
             while start < batch.count {
                 let end = min(batch.count, start + step)
@@ -453,20 +462,49 @@ public final class SQLiteSink: EventSink {
     public func applyRetention() throws(SQLiteSinkError) -> Int {
         guard let retention = options.retention else { return 0 }
         let current = now()
-        let deleted = try writer.withLock { (w: inout Writer) throws(SQLiteSinkError) -> Int in
-            w.lastRetention = current
-            return try Self.deleteOlder(than: current - retention, with: w)
+        let deleted = try writer.withLock { (slot: inout Writer?) throws(SQLiteSinkError) -> Int in
+            guard slot != nil else { throw closedError }
+            slot?.lastRetention = current
+            return try Self.deleteOlder(than: current - retention, with: slot!)
         }
         counters.withLock { $0.deleted += deleted }
         return deleted
     }
 
     /// Every consumed batch is already committed; this also checkpoints the WAL into the main file
-    /// (passively: it never waits for readers).
+    /// (passively: it never waits for readers). Does nothing once closed.
     public func flush() {
-        writer.withLock { w in
+        writer.withLock { slot in
+            guard let w = slot else { return }
             if sqlite3_get_autocommit(w.connection.db) == 0 { try? w.connection.exec("COMMIT") }
             sqlite3_wal_checkpoint_v2(w.connection.db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        }
+    }
+
+    /// Checkpoints the whole WAL into the main file and closes both connections, so that SQLite
+    /// removes the `-wal` and `-shm` files (unless another process has the file open). Called by the
+    /// pipeline at shutdown, after `flush()`; calling it again does nothing. Afterwards `consume`
+    /// counts its events as failed, the throwing queries throw "the store is closed", and the
+    /// `EventStore` view answers empty (the error kept in `lastQueryError`).
+    public func close() {
+        reader.withLock { $0 = nil }
+        writer.withLock { slot in
+            guard let w = slot else { return }
+            if sqlite3_get_autocommit(w.connection.db) == 0 { try? w.connection.exec("COMMIT") }
+            sqlite3_wal_checkpoint_v2(w.connection.db, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+            // The statements are finalized and the connection closed with the last reference.
+            slot = nil
+        }
+    }
+
+    /// The error of a write or query after `close()`.
+    var closedError: SQLiteSinkError { SQLiteSinkError(path: path, message: "the store is closed") }
+
+    /// Runs `body` with the query connection; throws ``closedError`` once the store is closed.
+    func withReader<T: Sendable>(_ body: (Connection) throws(SQLiteSinkError) -> T) throws(SQLiteSinkError) -> T {
+        try reader.withLock { (slot: inout Connection?) throws(SQLiteSinkError) -> T in
+            guard let db = slot else { throw closedError }
+            return try body(db)
         }
     }
 
@@ -507,7 +545,7 @@ public final class SQLiteSink: EventSink {
         let whereClause = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
         let order = after != nil ? "ASC" : "DESC"
         let sql = "SELECT \(Self.storedColumns) FROM events\(whereClause) ORDER BY id \(order) LIMIT ?5"
-        return try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [StoredEvent] in
+        return try withReader { (db: Connection) throws(SQLiteSinkError) -> [StoredEvent] in
             let stmt = try db.prepare(sql)
             if let after { stmt.bind(1, after) }
             stmt.bind(2, run)
@@ -543,7 +581,7 @@ public final class SQLiteSink: EventSink {
 
     /// The runs in the store with their event counts and first/last times, oldest run first.
     public func runs() throws(SQLiteSinkError) -> [SQLiteRunSummary] {
-        try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> [SQLiteRunSummary] in
+        try withReader { (db: Connection) throws(SQLiteSinkError) -> [SQLiteRunSummary] in
             let stmt = try db.prepare("SELECT run, count(*), min(ts), max(ts) FROM events GROUP BY run ORDER BY min(ts), run")
             var out: [SQLiteRunSummary] = []
             while true {
@@ -558,7 +596,7 @@ public final class SQLiteSink: EventSink {
 
     /// How many events the store holds.
     public func count() throws(SQLiteSinkError) -> Int {
-        try reader.withLock { (db: inout Connection) throws(SQLiteSinkError) -> Int in
+        try withReader { (db: Connection) throws(SQLiteSinkError) -> Int in
             let stmt = try db.prepare("SELECT count(*) FROM events")
             guard sqlite3_step(stmt.raw) == SQLITE_ROW else { throw db.error("counting events") }
             return Int(stmt.int64(0))
