@@ -24,7 +24,8 @@ let package = Package(
         .library(name: "FlowFetch", targets: ["FlowFetch"]),
         // Sink authors and apps that run the pipeline in-process: the sink SDK.
         .library(name: "FlowEvents", targets: ["FlowEvents"]),
-        // Test targets: the test kit (one import gives everything the README's test samples use).
+        // Test targets: the test kit (re-exports the engine, the event SDK and the lab; a test still imports
+        // Testing or XCTest, and Foundation for Bundle and URL).
         .library(name: "FlowScopeTesting", targets: ["FlowScopeTesting"]),
         // Custom distributions: the whole CLI with extra sink types.
         .library(name: "FlowScopeCLI", targets: ["FlowScopeCLI"]),

@@ -15,11 +15,8 @@ public enum Budget {
     /// Whether a duration in seconds is usable: finite and not negative.
     public static func isValidDuration(_ seconds: Double) -> Bool { seconds.isFinite && seconds >= 0 }
 
-    /// The loadTimeout to use, in seconds: nil for an invalid one (not finite, or negative), else at least 1.
-    public static func clampLoadTimeout(_ t: Double) -> Double? {
-        guard t.isFinite, t >= 0 else { return nil }
-        return max(t, 1)
-    }
+    /// The loadTimeout to use, in seconds: ``loadTimeout(_:)`` (the engine's rule) in seconds.
+    public static func clampLoadTimeout(_ t: Double) -> Double? { loadTimeout(t)?.seconds }
 
     /// The loadTimeout to use, converted once to engine time: nil for an invalid one (not finite, or
     /// negative), else at least 1 s.

@@ -135,6 +135,23 @@ struct MutationAuditTests {
         #expect(engine.isRunning(call))
         #expect(host.finished.isEmpty)
     }
+
+    // Mutation: the default-audience fetch of getFlowOrDefault (or of preloadFlowsForDefaultAudience)
+    // with a fixed timeout instead of the configuration's requestTimeout.
+    @Test("getFlowOrDefault's default-audience fetch and preloadFlowsForDefaultAudience's requests use the configured requestTimeout")
+    func defaultFetchesUseRequestTimeout() throws {
+        for requestTimeout in [4.0, 12.5] {
+            let host = SpecHost()
+            let engine = FlowEngine(configuration: .init(requestTimeout: requestTimeout), profile: Profile(id: "user-42"),
+                                    flowCache: FlowCache(disk: InMemoryDiskStore()), layouts: InMemoryLayoutStore(),
+                                    host: host, events: nil, traceIDs: { TraceID(high: 1, low: 1) })
+            _ = try engine.getFlowOrDefault(placement: "main_paywall", timeout: 2, now: 0)
+            #expect(host.specs.map(\.kind) == [.default])
+            #expect(host.specs.first?.timeout == requestTimeout)
+            _ = try engine.preloadFlowsForDefaultAudience(placements: ["a", "b"], now: 0)
+            #expect(host.specs.dropFirst().map(\.timeout) == [requestTimeout, requestTimeout])
+        }
+    }
 }
 
 /// A host that records the requests the engine sends and the calls it finishes.

@@ -13,6 +13,9 @@ struct BudgetTests {
         #expect(Budget.clampLoadTimeout(-0.1) == nil)
         #expect(Budget.clampLoadTimeout(.nan) == nil)
         #expect(Budget.clampLoadTimeout(.infinity) == nil)
+        // The engine's form of the same rule, in engine time.
+        #expect(Budget.loadTimeout(0.3) == 1 && Budget.loadTimeout(0) == 1 && Budget.loadTimeout(7.5) == 7.5)
+        #expect(Budget.loadTimeout(-0.1) == nil && Budget.loadTimeout(.nan) == nil && Budget.loadTimeout(.infinity) == nil)
     }
 
     @Test("stage A is max(T - 0.5, 0.5); stage B is min(max(T - elapsed, 0.5), 60)")
