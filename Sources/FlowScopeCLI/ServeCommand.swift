@@ -75,7 +75,9 @@ let serveCommand = Command(spec: CommandSpec(
     }
     io.out("  token \(stack.token.path ?? "(from the config)")  (ingest: Authorization: Bearer <token>)\n")
     io.out("  metrics \(scheme)://\(host):\(stack.server.port)/metrics\n")
-    if let url = stack.server.browserLoginURL { io.out("  open in a browser (logs it in with the token): \(url)\n") }
+    if let url = stack.server.browserLoginURL {
+        io.out("  open in a browser (logs it in with the token): \(shownLoginURL(url, terminal: io.isTerminal, tokenFile: stack.token.path))\n")
+    }
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
     StopSignals.install(label: "flowscope serve")
     io.out("Stop with Ctrl-C.\n")
@@ -118,4 +120,12 @@ let certCommand = Command(spec: CommandSpec(
         io.err("flowscope cert: \(error.description)\n")
         return ExitStatus.usage
     }
+}
+
+/// The login URL as `serve` prints it. It carries the token: whole on a terminal only, so the token
+/// never goes into a log that a service manager or container runtime keeps; elsewhere the token's
+/// place names its file.
+func shownLoginURL(_ url: String, terminal: Bool, tokenFile: String?) -> String {
+    guard !terminal else { return url }
+    return url.split(separator: "?", maxSplits: 1)[0] + "?token=<the token in \(tokenFile ?? "the config")>"
 }

@@ -13,9 +13,10 @@ import Darwin
 ///   the answer is `303 See Other` to the same URL without `token`, with
 ///   `Set-Cookie: __Host-flowscope-<port>=<value>; Path=/; HttpOnly; Secure; SameSite=Strict`.
 ///   A wrong token gets 401 (JSON).
-/// - The cookie's value is not the token: it is SHA-256 of `flowscope browser login:` and the token,
-///   as 64 hex digits, so it cannot be turned back into the token (nor sent as `Authorization`). It
-///   stays valid while the token does: a new token (delete the token file) ends every login.
+/// - The cookie's value is not the token: it is HMAC-SHA256 of the token under a key drawn at random
+///   when the server starts (never stored), as 64 hex digits. It cannot be turned back into the
+///   token, even a short configured one, nor sent as `Authorization`; it is valid until the server
+///   stops (a restart, or a new token, ends every login: open the URL again).
 /// - The cookie authorises `GET` and `HEAD` (the page, its assets, the API's reads and the event
 ///   stream); routes that always need the token (ingest) still need `Authorization: Bearer`.
 /// - The cookie has no expiry: the browser forgets it when it ends its session. The name carries the
@@ -26,15 +27,21 @@ public struct BrowserLogin: Sendable {
     /// The cookie's name: `__Host-flowscope-<port>` (the `__Host-` prefix makes browsers accept it
     /// only with `Secure`, `Path=/` and no `Domain`).
     public let cookieName: String
-    /// The cookie's value: SHA-256 of `flowscope browser login:<token>`, lowercase hex.
+    /// The cookie's value: HMAC-SHA256 of the token under `key`, lowercase hex.
     let cookieValue: String
     private let token: AuthToken
 
-    /// The login of a server on `port` guarded by `token`.
-    public init(token: AuthToken, port: Int) {
+    /// The login of a server on `port` guarded by `token`; `key` (32 random bytes unless given)
+    /// signs the cookie and lives only in memory.
+    public init(token: AuthToken, port: Int, key: [UInt8]? = nil) {
         self.token = token
         cookieName = "__Host-flowscope-\(port)"
-        cookieValue = Self.derive(token.value)
+        cookieValue = Self.derive(token.value, key: key ?? Self.randomKey())
+    }
+
+    static func randomKey() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
     }
 
     /// The `Set-Cookie` value of a successful login.
@@ -66,10 +73,12 @@ public struct BrowserLogin: Sendable {
     }
 
     /// `request`'s path and query (both as sent) without the `token` parameter. A path that a browser
-    /// could read as another host's (`//host`, backslashes) becomes `/`.
+    /// could read as another host's (`//host`, backslashes, or control characters and spaces, which
+    /// browsers strip from a Location) or that holds anything but visible ASCII becomes `/`.
     static func location(of request: Request) -> String {
-        let path = request.rawPath.hasPrefix("/") && !request.rawPath.hasPrefix("//") && !request.rawPath.contains("\\")
-            ? request.rawPath : "/"
+        let raw = request.rawPath
+        let plain = raw.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\\") }
+        let path = plain && raw.hasPrefix("/") && !raw.hasPrefix("//") ? raw : "/"
         let kept = request.rawQuery.split(separator: "&").filter { pair in
             let name = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             return PercentDecoding.decode(name.utf8, plusIsSpace: true) != "token"
@@ -77,12 +86,12 @@ public struct BrowserLogin: Sendable {
         return kept.isEmpty ? path : path + "?" + kept.joined(separator: "&")
     }
 
-    /// SHA-256 of `flowscope browser login:<token>` as lowercase hex.
-    static func derive(_ token: String) -> String {
-        let input = Array("flowscope browser login:\(token)".utf8)
+    /// HMAC-SHA256 of `token` under `key`, as lowercase hex.
+    static func derive(_ token: String, key: [UInt8]) -> String {
+        let input = Array(token.utf8)
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
-        _ = EVP_Digest(input, input.count, &digest, &length, EVP_sha256(), nil)
+        _ = HMAC(EVP_sha256(), key, Int32(key.count), input, input.count, &digest, &length)
         return digest.prefix(Int(length)).map { hexByte($0, uppercase: false) }.joined()
     }
 

@@ -305,7 +305,8 @@ final class ServerContext: Sendable {
         self.router = router
         token = config.token
         policy = config.accessPolicy
-        login = config.accessPolicy == .tokenEverywhere ? config.token.map { BrowserLogin(token: $0, port: port) } : nil
+        // No login over plain HTTP: the token would cross the network in a URL, and the cookie.
+        login = config.accessPolicy == .tokenEverywhere && !config.insecureHTTP ? config.token.map { BrowserLogin(token: $0, port: port) } : nil
         maxBodyBytes = config.limits.maxBodyBytes
         maxHeaderBytes = max(4096, config.limits.maxHeaderBytes)
         log = config.log

@@ -337,3 +337,16 @@ enum StateModes {
         ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int).map { $0 & 0o777 }
     }
 }
+
+@Suite("serve's login URL")
+struct ShownLoginURLTests {
+    @Test("the token is printed in the login URL only on a terminal; elsewhere its file is named instead")
+    func tokenOnlyOnATerminal() {
+        let url = "https://buildbox:8443/?token=3f9c0a"
+        #expect(shownLoginURL(url, terminal: true, tokenFile: ".flowscope/token") == url)
+        let logged = shownLoginURL(url, terminal: false, tokenFile: ".flowscope/token")
+        #expect(logged == "https://buildbox:8443/?token=<the token in .flowscope/token>")
+        #expect(!logged.contains("3f9c0a"))
+        #expect(shownLoginURL(url, terminal: false, tokenFile: nil) == "https://buildbox:8443/?token=<the token in the config>")
+    }
+}

@@ -103,6 +103,34 @@ struct BrowserLoginTests {
         #expect(try c.request("GET", "/healthz").status == 200, "/healthz stays open")
     }
 
+    @Test("the cookie is an HMAC of the token under a key of the server's start: another start's cookie for the same token is refused; a redirect path with spaces or control characters goes to /")
+    func cookiePerStart() throws {
+        let token = try AuthToken(configured: "passwordpassword")
+        let first = BrowserLogin(token: token, port: 8443), second = BrowserLogin(token: token, port: 8443)
+        #expect(first.cookieValue != second.cookieValue)
+        #expect(first.accepts(cookieHeader: "__Host-flowscope-8443=\(first.cookieValue)"))
+        #expect(!first.accepts(cookieHeader: "__Host-flowscope-8443=\(second.cookieValue)"))
+        // A fixed key gives the HMAC-SHA256 a standard tool computes (Python's hmac, key "Jefe").
+        let known = BrowserLogin(token: token, port: 1, key: Array("Jefe".utf8))
+        #expect(known.cookieValue == "391c26f9d8b736dbae16dbefe6848ee4cb5f4ea55cb1319090edd37caa3de8e4")
+
+        let hub = SSEHub(heartbeatInterval: .seconds(60))
+        let (fixture, web) = try Self.fixture(hub: hub)
+        defer { removeDirectory(web) }
+        let c = try fixture.connect()
+        let value = fixture.token.value
+        #expect(try c.request("GET", "/\t/evil.example/?token=\(value)").header("location") == "/")
+        #expect(try c.request("GET", "/a\\b?token=\(value)").header("location") == "/")
+    }
+
+    @Test("over plain HTTP (--insecure-http) there is no login: ?token= is refused and no cookie is set")
+    func noLoginOverHTTP() throws {
+        let fixture = try ServerFixture(insecure: true, policy: .tokenEverywhere)
+        let reply = try fixture.connect(tls: false).request("GET", "/?token=\(fixture.token.value)")
+        #expect(reply.status == 401 && reply.header("set-cookie") == nil)
+        #expect(fixture.server.browserLoginURL == nil)
+    }
+
     @Test("on loopback nothing changes: ?token= is not looked at and no cookie is set")
     func loopbackUnchanged() throws {
         let hub = SSEHub(heartbeatInterval: .seconds(60))
