@@ -24,7 +24,7 @@ let simulateCommand = Command(spec: CommandSpec(
               .init("from", value: "SOURCE", "fit the population's network to recorded events: a JSON Lines trace, an sqlite sink file (only read), or https://HOST:PORT/api/events (the live run unless the URL has run=)"),
               .init("ca", value: "FILE", "with --from https://...: the PEM CA file that signed the server's certificate"),
               .init("token", value: "T", "with --from https://...: a bearer token to send"),
-              .init("sweep", value: "NAME=FROM:TO:STEP", "play each strategy at each value of loadTimeout, timeout, delay or requestTimeout, e.g. loadTimeout=1:10:0.5"),
+              .init("sweep", value: "NAME=FROM:TO:STEP", "play each strategy at each value of loadTimeout, timeout, delay or requestTimeout, e.g. loadTimeout=1:10:0.5; FROM and TO are seconds from 0 to 10^9 (requestTimeout: > 0), at most 200 values"),
               .init("max-p95", value: "S", "the time-to-flow p95 bound of the recommendation, seconds (default 3)")],
     details: """
     Plays each session through the real engine in virtual time, once per strategy, and prints per

@@ -4,12 +4,6 @@ import FlowJSON
 /// A scenario file (scenario-format.md): a backend, a network, a starting cache, calls at given
 /// times, and what must come out.
 public struct Scenario: Sendable {
-    /// The largest time or duration a scenario file may give, in seconds: 10^9 (about 31.7 years).
-    /// Every step time, latency, cache age, attribution time, timeout and expected completion time
-    /// is checked against it, so that sums of them stay far inside the engine's clock (±2^61 µs)
-    /// and exact to the microsecond in a Double.
-    public static let maxSeconds: Double = 1_000_000_000
-
     public init(name: String, file: String? = nil, profile: ScenarioProfile, backend: [String: PlacementBackend],
                 network: NetworkRules = NetworkRules(), cache: [CacheSeed] = [], fallbackFile: [String: FallbackSeed] = [:],
                 requestTimeout: Double = Budget.defaultRequestTimeout, steps: [Step], expect: [Expectation] = []) {

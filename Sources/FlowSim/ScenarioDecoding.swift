@@ -34,7 +34,7 @@ extension Scenario {
         if let n = o.optional("network") {
             let no = try n.object()
             try no.rejectUnknownKeys(allowed: ["latency", "rules"])
-            if let l = no.optional("latency") { network.latency = try seconds(l) }
+            if let l = no.optional("latency") { network.latency = try l.seconds() }
             if let rules = no.optional("rules") {
                 network.rules = try rules.array().map { c throws(JSONInputError) in try decodeRule(c) }
             }
@@ -48,7 +48,7 @@ extension Scenario {
                 cache.append(CacheSeed(placement: try eo.required("placement").nonEmptyString(),
                                        variation: try eo.required("variation").nonEmptyString(),
                                        audience: try eo.optional("audience")?.string() ?? defaultAudienceName,
-                                       age: try eo.optional("age").map { c throws(JSONInputError) in try seconds(c) } ?? 0,
+                                       age: try eo.optional("age").map { c throws(JSONInputError) in try c.seconds() } ?? 0,
                                        fromDefaultAudience: try eo.optional("fromDefaultAudience")?.bool() ?? false,
                                        corrupt: try eo.optional("corrupt")?.bool() ?? false))
             }
@@ -69,7 +69,7 @@ extension Scenario {
         if let c = o.optional("client") {
             let co = try c.object()
             try co.rejectUnknownKeys(allowed: ["requestTimeout", "cacheMaxBytes"])
-            if let r = co.optional("requestTimeout") { requestTimeout = try positiveSeconds(r) }
+            if let r = co.optional("requestTimeout") { requestTimeout = try r.positiveSeconds() }
             if let m = co.optional("cacheMaxBytes") { cacheMaxBytes = try count(m) }
         }
 
@@ -96,7 +96,7 @@ extension Scenario {
             for (source, s) in try a.object().entries {
                 let so = try s.object()
                 try so.rejectUnknownKeys(allowed: ["appliesAt"])
-                attribution[source] = try seconds(try so.required("appliesAt"))
+                attribution[source] = try so.required("appliesAt").seconds()
             }
         }
         return ScenarioProfile(id: try o.required("id").nonEmptyString(), attribution: attribution)
@@ -163,7 +163,7 @@ extension Scenario {
                 rule.nth = nth
             }
         }
-        if let l = o.optional("latency") { rule.latency = try seconds(l) }
+        if let l = o.optional("latency") { rule.latency = try l.seconds() }
         if let f = o.optional("fail") {
             let s = try f.string()
             switch s {
@@ -193,19 +193,19 @@ extension Scenario {
             try o.rejectUnknownKeys(allowed: ["returnCacheDataIfNotExpiredElseLoad"])
             let inner = try o.required("returnCacheDataIfNotExpiredElseLoad").object()
             try inner.rejectUnknownKeys(allowed: ["maxAge"])
-            return .returnCacheDataIfNotExpiredElseLoad(maxAge: try seconds(try inner.required("maxAge")))
+            return .returnCacheDataIfNotExpiredElseLoad(maxAge: try inner.required("maxAge").seconds())
         }
         throw c.expected("\"reloadRevalidatingCacheData\", \"returnCacheDataElseLoad\" or {\"returnCacheDataIfNotExpiredElseLoad\": {\"maxAge\": N}}")
     }
 
     private static func decodeStep(_ c: JSONCursor, stepCount: Int) throws(JSONInputError) -> Step {
         let o = try c.object()
-        let at = try seconds(try o.required("at"))
+        let at = try o.required("at").seconds()
         let callCursor = try o.required("call")
         let callName = try callCursor.string()
         func placement() throws(JSONInputError) -> String { try o.required("placement").string() }
         func loadTimeout() throws(JSONInputError) -> Double? {
-            try o.optional("loadTimeout").map { c throws(JSONInputError) in try engineSeconds(c) }
+            try o.optional("loadTimeout").map { c throws(JSONInputError) in try c.engineSeconds() }
         }
         func policy() throws(JSONInputError) -> FetchPolicy? {
             try o.optional("fetchPolicy").map { p throws(JSONInputError) in try decodePolicy(p) }
@@ -230,7 +230,7 @@ extension Scenario {
             call = .preloadFlowsForDefaultAudience(placements: try placements())
         case "getFlowOrDefault":
             allowed.formUnion(["placement", "timeout"])
-            call = .getFlowOrDefault(placement: try placement(), timeout: try engineSeconds(try o.required("timeout")))
+            call = .getFlowOrDefault(placement: try placement(), timeout: try o.required("timeout").engineSeconds())
         case "getFlowConfiguration":
             allowed.formUnion(["placement", "loadTimeout", "bundled"])
             call = .getFlowConfiguration(placement: try placement(), loadTimeout: try loadTimeout(),
@@ -275,7 +275,7 @@ extension Scenario {
         e.variation = try o.optional("variation")?.string()
         e.audience = try o.optional("audience")?.string()
         e.targetingLost = try o.optional("targetingLost")?.bool()
-        e.completedAt = try o.optional("completedAt").map { c throws(JSONInputError) in try seconds(c) }
+        e.completedAt = try o.optional("completedAt").map { c throws(JSONInputError) in try c.seconds() }
         e.errorCode = try o.optional("errorCode")?.int()
         if let p = o.optional("preloadErrors") {
             var map: [String: Int] = [:]
@@ -285,32 +285,6 @@ extension Scenario {
         e.requests = try o.optional("requests")?.int()
         return e
     }
-
-    /// A time or duration of the scenario: seconds from 0 to ``Scenario/maxSeconds``.
-    private static func seconds(_ c: JSONCursor) throws(JSONInputError) -> Double {
-        let v = try c.double()
-        guard v >= 0, v <= Scenario.maxSeconds else { throw c.expected("a number of seconds from 0 to \(maxText)") }
-        return v
-    }
-
-    /// A duration > 0 of the scenario, at most ``Scenario/maxSeconds``.
-    private static func positiveSeconds(_ c: JSONCursor) throws(JSONInputError) -> Double {
-        let v = try c.double()
-        guard v > 0, v <= Scenario.maxSeconds else { throw c.expected("a number of seconds > 0 and <= \(maxText)") }
-        return v
-    }
-
-    /// A duration handed to the engine as the app would (`loadTimeout`, `timeout`): at most
-    /// ``Scenario/maxSeconds``; a negative one is the engine's to refuse (the step ends with 3001).
-    private static func engineSeconds(_ c: JSONCursor) throws(JSONInputError) -> Double {
-        let v = try c.double()
-        guard v <= Scenario.maxSeconds else {
-            throw c.expected("a number of seconds <= \(maxText) (a negative one is passed on, and the engine refuses it with 3001)")
-        }
-        return v
-    }
-
-    private static let maxText = String(Int(Scenario.maxSeconds))
 
     private static func count(_ c: JSONCursor) throws(JSONInputError) -> Int {
         let v = try c.int()

@@ -22,13 +22,16 @@ public enum Distribution: Sendable, Hashable {
         }
     }
 
+    /// A draw, at most ``SecondsLimit/maxSeconds``: a log-normal's tail is unbounded (and overflows
+    /// to infinity when p95 is many orders of magnitude above the median), so a larger draw counts
+    /// as the limit.
     func sample(_ rng: inout SimulationRandom) -> Double {
         switch self {
         case .fixed(let v): return v
         case .logNormal(let m, let p):
             guard p > m else { return m }
             let sigma = (log(p) - log(m)) / Self.z95
-            return m * exp(sigma * rng.normal())
+            return min(m * exp(sigma * rng.normal()), SecondsLimit.maxSeconds)
         }
     }
 
@@ -354,9 +357,9 @@ extension SimulationConfig {
     static func decodeProfile(_ c: JSONCursor) throws(JSONInputError) -> NetworkProfile {
         let o = try c.object()
         try o.rejectUnknownKeys(allowed: ["median", "p95", "hang", "reset", "http5xx"])
-        let median = try positive(try o.required("median"))
+        let median = try o.required("median").positiveSeconds()
         let p95c = try o.required("p95")
-        let p95 = try positive(p95c)
+        let p95 = try p95c.positiveSeconds()
         guard p95 >= median else { throw p95c.expected("a p95 >= the median (\(JSONValue.number(median).jsonText))") }
         var profile = NetworkProfile(median: median, p95: p95)
         if let h = o.optional("hang") { profile.hang = try share(h) }
@@ -368,19 +371,16 @@ extension SimulationConfig {
         return profile
     }
 
-    /// A number (fixed) or `{ "median": M, "p95": P }` (log-normal).
+    /// A number of seconds from 0 to ``SecondsLimit/maxSeconds`` (fixed) or `{ "median": M, "p95": P }`
+    /// (log-normal, `0 < M <= P <= SecondsLimit.maxSeconds`).
     static func decodeDistribution(_ c: JSONCursor) throws(JSONInputError) -> Distribution {
-        if case .number = c.value {
-            let v = try c.double()
-            guard v >= 0 else { throw c.expected("a number of seconds >= 0") }
-            return .fixed(v)
-        }
+        if case .number = c.value { return .fixed(try c.seconds()) }
         guard case .object = c.value else { throw c.expected("a number of seconds or {\"median\": M, \"p95\": P}") }
         let o = try c.object()
         try o.rejectUnknownKeys(allowed: ["median", "p95"])
-        let median = try positive(try o.required("median"))
+        let median = try o.required("median").positiveSeconds()
         let p95c = try o.required("p95")
-        let p95 = try positive(p95c)
+        let p95 = try p95c.positiveSeconds()
         guard p95 >= median else { throw p95c.expected("a p95 >= the median (\(JSONValue.number(median).jsonText))") }
         return .logNormal(median: median, p95: p95)
     }
@@ -398,9 +398,7 @@ extension SimulationConfig {
         let so = try sc.object()
         func loadTimeout() throws(JSONInputError) -> Double {
             guard let t = so.optional("loadTimeout") else { return Budget.defaultLoadTimeout }
-            let v = try t.double()
-            guard v >= 0 else { throw t.expected("a loadTimeout >= 0 (seconds)") }
-            return v
+            return try t.seconds()
         }
         func policy(_ fallback: FetchPolicy) throws(JSONInputError) -> FetchPolicy {
             try so.optional("fetchPolicy").map { p throws(JSONInputError) in try decodePolicy(p) } ?? fallback
@@ -420,26 +418,22 @@ extension SimulationConfig {
             shape = .preloadThenCache(loadTimeout: try loadTimeout(), policy: try policy(.returnCacheDataElseLoad))
         case "waitThenFetch":
             try so.rejectUnknownKeys(allowed: ["delay", "fetchPolicy", "loadTimeout", "fetchAt"])
-            let d = try so.required("delay")
-            let delay = try d.double()
-            guard delay >= 0 else { throw d.expected("a delay >= 0 (seconds)") }
+            let delay = try so.required("delay").seconds()
             shape = .waitThenFetch(delay: delay, policy: try policy(.reloadRevalidatingCacheData), loadTimeout: try loadTimeout(),
                                    at: try moment())
         default:
             try so.rejectUnknownKeys(allowed: ["timeout"])
-            let t = try so.required("timeout")
-            let timeout = try t.double()
-            guard timeout >= 0 else { throw t.expected("a timeout >= 0 (seconds)") }
-            shape = .orDefault(timeout: timeout)
+            shape = .orDefault(timeout: try so.required("timeout").seconds())
         }
         var strategy = Strategy(name: name, shape)
         if let f = o.optional("fallbackFile") { strategy.fallbackFile = try f.bool() }
-        if let r = o.optional("requestTimeout") { strategy.requestTimeout = try positive(r) }
+        if let r = o.optional("requestTimeout") { strategy.requestTimeout = try r.positiveSeconds() }
         return strategy
     }
 
     /// `"reloadRevalidatingCacheData"`, `"returnCacheDataElseLoad"`, `"maxAge:SECONDS"` (as the CLI's
-    /// --policy) or `{"returnCacheDataIfNotExpiredElseLoad": {"maxAge": N}}` (as scenarios).
+    /// --policy) or `{"returnCacheDataIfNotExpiredElseLoad": {"maxAge": N}}` (as scenarios); the maxAge
+    /// from 0 to ``SecondsLimit/maxSeconds``.
     static func decodePolicy(_ c: JSONCursor) throws(JSONInputError) -> FetchPolicy {
         let expectation = "\"reloadRevalidatingCacheData\", \"returnCacheDataElseLoad\", \"maxAge:SECONDS\" or {\"returnCacheDataIfNotExpiredElseLoad\": {\"maxAge\": N}}"
         if case .string(let s) = c.value {
@@ -448,6 +442,9 @@ extension SimulationConfig {
             case "returnCacheDataElseLoad": return .returnCacheDataElseLoad
             default:
                 if s.hasPrefix("maxAge:"), let v = Double(s.dropFirst("maxAge:".count)), v.isFinite, v >= 0 {
+                    guard v <= SecondsLimit.maxSeconds else {
+                        throw c.expected("\"maxAge:SECONDS\" with a number of seconds from 0 to \(SecondsLimit.maxText)")
+                    }
                     return .returnCacheDataIfNotExpiredElseLoad(maxAge: v)
                 }
             }
@@ -456,10 +453,7 @@ extension SimulationConfig {
             try o.rejectUnknownKeys(allowed: ["returnCacheDataIfNotExpiredElseLoad"])
             let inner = try o.required("returnCacheDataIfNotExpiredElseLoad").object()
             try inner.rejectUnknownKeys(allowed: ["maxAge"])
-            let m = try inner.required("maxAge")
-            let v = try m.double()
-            guard v >= 0 else { throw m.expected("a maxAge >= 0 (seconds)") }
-            return .returnCacheDataIfNotExpiredElseLoad(maxAge: v)
+            return .returnCacheDataIfNotExpiredElseLoad(maxAge: try inner.required("maxAge").seconds())
         }
         throw c.expected(expectation)
     }
@@ -467,12 +461,6 @@ extension SimulationConfig {
     private static func share(_ c: JSONCursor) throws(JSONInputError) -> Double {
         let v = try c.double()
         guard (0...1).contains(v) else { throw c.expected("a share between 0 and 1") }
-        return v
-    }
-
-    private static func positive(_ c: JSONCursor) throws(JSONInputError) -> Double {
-        let v = try c.double()
-        guard v > 0 else { throw c.expected("a number of seconds > 0") }
         return v
     }
 }

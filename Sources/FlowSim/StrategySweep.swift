@@ -15,8 +15,9 @@ public struct SweepParameter: Sendable, Hashable {
 
     public init(name: String, values: [Double]) { self.name = name; self.values = values }
 
-    /// Parses `NAME=FROM:TO:STEP` (FROM, FROM+STEP, ... up to TO included). The error says what was
-    /// expected, without the flag's name.
+    /// Parses `NAME=FROM:TO:STEP` (FROM, FROM+STEP, ... up to TO included, at most ``maxValues``
+    /// values). FROM and TO are seconds from 0 to ``SecondsLimit/maxSeconds`` (for requestTimeout,
+    /// > 0). The error says what was expected, without the flag's name.
     public static func parse(_ text: String) -> Result<SweepParameter, SweepParseError> {
         let expected = "NAME=FROM:TO:STEP, e.g. loadTimeout=1:10:0.5"
         let parts = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -30,14 +31,24 @@ public struct SweepParameter: Sendable, Hashable {
               from.isFinite, to.isFinite, step.isFinite else {
             return .failure(SweepParseError("expected \(expected) (three numbers after \(name)=), got \(quoted(text))"))
         }
-        guard from >= 0 else { return .failure(SweepParseError("\(name): FROM must be >= 0 seconds, got \(range[0])")) }
+        // The values are a strategy's seconds, with the config's ranges: from 0 (requestTimeout: > 0)
+        // to SecondsLimit.maxSeconds.
+        let positive = name == "requestTimeout"
+        let allowed = positive ? "> 0 and <= \(SecondsLimit.maxText)" : "from 0 to \(SecondsLimit.maxText)"
+        for (label, v, text) in [("FROM", from, range[0]), ("TO", to, range[1])]
+        where (positive ? v <= 0 : v < 0) || v > SecondsLimit.maxSeconds {
+            return .failure(SweepParseError("\(name): \(label) must be a number of seconds \(allowed), got \(text)"))
+        }
         guard to >= from else { return .failure(SweepParseError("\(name): TO (\(range[1])) must be >= FROM (\(range[0]))")) }
         guard step > 0 else { return .failure(SweepParseError("\(name): STEP must be > 0, got \(range[2])")) }
-        let count = Int(((to - from) / step + 1e-9).rounded(.down)) + 1
-        guard count <= maxValues else {
-            return .failure(SweepParseError("\(name)=\(parts[1]) gives \(count) values; at most \(maxValues) (use a larger STEP)"))
+        // Counted in Double: a tiny STEP gives more values than an Int holds (or infinitely many).
+        let span = ((to - from) / step + 1e-9).rounded(.down)
+        guard span < Double(maxValues) else {
+            let values = span < 1e15 ? "\(Int(span) + 1) values" : "more than 10^15 values"
+            return .failure(SweepParseError("\(name)=\(parts[1]) gives \(values); at most \(maxValues) (use a larger STEP)"))
         }
-        let values = (0..<count).map { i in ((from + Double(i) * step) * 1e9).rounded() / 1e9 }
+        let count = Int(span) + 1
+        let values = (0..<count).map { i in min(((from + Double(i) * step) * 1e9).rounded() / 1e9, to) }
         return .success(SweepParameter(name: name, values: values))
     }
 

@@ -139,6 +139,8 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             (["--from", "FILE:///tmp/t.jsonl"], "--from FILE:///tmp/t.jsonl: the URL scheme file is not read; expected https:// or http://"),
             (["--sweep", "loadTimeout=1:10"], "--sweep: expected NAME=FROM:TO:STEP"),
             (["--sweep", "budget=1:2:1"], "--sweep: unknown parameter \"budget\""),
+            (["--sweep", "loadTimeout=1:1e308:1e306"], "flowscope simulate: --sweep: loadTimeout: TO must be a number of seconds from 0 to 1000000000, got 1e308"),
+            (["--sweep", "loadTimeout=1:10:1e-300"], "flowscope simulate: --sweep: loadTimeout=1:10:1e-300 gives more than 10^15 values; at most 200"),
             (["--max-p95", "soon"], "--max-p95 expects a number of seconds > 0"),
             (["--ca", dir + "/ca.pem"], "--ca applies to --from"),
         ]

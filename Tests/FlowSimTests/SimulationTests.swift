@@ -201,7 +201,7 @@ struct SimulationTests {
         (["strategies": [["name": "x", "orDefault": ["timeout": 1], "atPaywall": [:]]]], "$.strategies[0]", "exactly one"),
         (["strategies": [["name": "x", "atPaywall": ["fetchPolicy": "always"]]]], "$.strategies[0].atPaywall.fetchPolicy", "maxAge:SECONDS"),
         (["strategies": [["name": "x", "atPaywall": ["loadTimout": 3]]]], "$.strategies[0].atPaywall.loadTimout", "unknown key"),
-        (["strategies": [["name": "x", "waitThenFetch": ["delay": -1]]]], "$.strategies[0].waitThenFetch.delay", ">= 0"),
+        (["strategies": [["name": "x", "waitThenFetch": ["delay": -1]]]], "$.strategies[0].waitThenFetch.delay", "seconds from 0 to"),
         (["strategies": [["name": "x", "orDefault": ["timeout": 1]], ["name": "x", "orDefault": ["timeout": 2]]]],
          "$.strategies[1].name", "duplicate"),
         (["sessions": 0], "$.sessions", "positive integer"),
@@ -258,5 +258,72 @@ struct SimulationTests {
         #expect(large.high - large.low < small.high - small.low)
         let zero = Confidence.wilson(0, 50)
         #expect(zero.low == 0 && zero.high > 0)
+    }
+}
+
+@Suite("Strategy-lab config times and durations")
+struct SimulationConfigTimeLimitTests {
+    /// The `simulate` section `text` (JSON5), decoded as the config file's.
+    func decodeSection(_ text: String) throws(JSONInputError) -> SimulationConfig {
+        try SimulationConfig.decode(JSONCursor(JSON5.parse(text), path: "$.simulate"))
+    }
+
+    static let from0 = "from 0 to 1000000000", positive = "> 0 and <= 1000000000"
+
+    @Test("every seconds-valued key beyond 10^9 s is an error naming its JSON path and the allowed range", arguments: [
+        ("{population: {profiles: {x: {median: 1e308, p95: 1e308}}}}", "$.simulate.population.profiles.x.median", positive),
+        ("{population: {profiles: {x: {median: 1, p95: 1000000001}}}}", "$.simulate.population.profiles.x.p95", positive),
+        ("{population: {attribution: {delay: 1e308}}}", "$.simulate.population.attribution.delay", from0),
+        ("{population: {attribution: {delay: {median: 1e308, p95: 1e308}}}}", "$.simulate.population.attribution.delay.median", positive),
+        ("{population: {attribution: {delay: {median: 1, p95: 1e308}}}}", "$.simulate.population.attribution.delay.p95", positive),
+        ("{population: {returning: {cacheAge: 1000000001}}}", "$.simulate.population.returning.cacheAge", from0),
+        ("{population: {returning: {cacheAge: {median: 86400, p95: 1e308}}}}", "$.simulate.population.returning.cacheAge.p95", positive),
+        ("{population: {placements: [{id: \"p\", at: 1e308}]}}", "$.simulate.population.placements[0].at", from0),
+        ("{population: {placements: [{id: \"p\", at: {median: 1e308, p95: 1e308}}]}}", "$.simulate.population.placements[0].at.median", positive),
+        ("{strategies: [{name: \"s\", atPaywall: {loadTimeout: 1e308}}]}", "$.simulate.strategies[0].atPaywall.loadTimeout", from0),
+        ("{strategies: [{name: \"s\", preloadThenCache: {loadTimeout: 1000000001}}]}", "$.simulate.strategies[0].preloadThenCache.loadTimeout", from0),
+        ("{strategies: [{name: \"s\", waitThenFetch: {delay: 1e308}}]}", "$.simulate.strategies[0].waitThenFetch.delay", from0),
+        ("{strategies: [{name: \"s\", waitThenFetch: {delay: 1, loadTimeout: 1e308}}]}", "$.simulate.strategies[0].waitThenFetch.loadTimeout", from0),
+        ("{strategies: [{name: \"s\", orDefault: {timeout: 1e308}}]}", "$.simulate.strategies[0].orDefault.timeout", from0),
+        ("{strategies: [{name: \"s\", orDefault: {timeout: 3}, requestTimeout: 1e308}]}", "$.simulate.strategies[0].requestTimeout", positive),
+        ("{strategies: [{name: \"s\", atPaywall: {fetchPolicy: {returnCacheDataIfNotExpiredElseLoad: {maxAge: 1e308}}}}]}",
+         "$.simulate.strategies[0].atPaywall.fetchPolicy.returnCacheDataIfNotExpiredElseLoad.maxAge", from0),
+        ("{strategies: [{name: \"s\", atPaywall: {fetchPolicy: \"maxAge:1e308\"}}]}", "$.simulate.strategies[0].atPaywall.fetchPolicy",
+         "\"maxAge:SECONDS\" with a number of seconds \(from0)"),
+    ])
+    func beyondTheLimit(section: String, path: String, range: String) {
+        do {
+            _ = try decodeSection(section)
+            Issue.record("accepted: \(section)")
+        } catch {
+            let expected = range.hasPrefix("\"") ? "\(path): expected \(range), got" : "\(path): expected a number of seconds \(range), got"
+            #expect(error.description.hasPrefix(expected), "\(section) -> \(error.description)")
+        }
+    }
+
+    @Test("10^9 s is accepted for every key, and a run at the limit reports finite numbers")
+    func atTheLimit() throws {
+        let config = try decodeSection("""
+            { sessions: 200,
+              population: { profiles: { far: { median: 1000000000, p95: 1000000000 } }, networks: { far: 1, wifi: 1 },
+                            attribution: { delay: 1000000000 }, returning: { cacheAge: { median: 1000000000, p95: 1000000000 } },
+                            placements: [ { id: "p", at: 1000000000 }, { id: "q", at: { median: 1, p95: 1000000000 } } ] },
+              strategies: [ { name: "a", atPaywall: { loadTimeout: 1000000000, fetchPolicy: "maxAge:1000000000" } },
+                            { name: "b", waitThenFetch: { delay: 1000000000, loadTimeout: 1000000000 } },
+                            { name: "c", orDefault: { timeout: 1000000000 }, requestTimeout: 1000000000 } ] }
+            """)
+        #expect(config.population.placements[0].at == .fixed(1_000_000_000))
+        let lab = StrategyLab.run(config: config)
+        let text = lab.json.jsonText
+        #expect(!text.contains("null") && !text.contains("inf") && !text.contains("nan"), "\(text.prefix(2000))")
+    }
+
+    @Test("a log-normal's draws stay within 10^9 s, however far its p95 is above its median")
+    func drawsAreBounded() {
+        let wide = Distribution.logNormal(median: 1e-9, p95: 1e9)
+        var rng = SimulationRandom(seed: 1)
+        let draws = (0..<20_000).map { _ in wide.sample(&rng) }
+        #expect(draws.allSatisfy { $0.isFinite && $0 >= 0 && $0 <= 1_000_000_000 })
+        #expect(draws.contains(1_000_000_000), "the tail is cut at the limit")
     }
 }

@@ -150,6 +150,10 @@ struct SyntheticTrace {
         #expect(sweep.values.count == 19)
         #expect(sweep.values.first == 1 && sweep.values.last == 10 && sweep.values[3] == 2.5)
         #expect(try SweepParameter.parse("timeout=2:2:1").get().values == [2])
+        // At the limit of 10^9 s, and a tiny STEP where FROM == TO: one value each.
+        #expect(try SweepParameter.parse("loadTimeout=999999990:1000000000:5").get().values == [999_999_990, 999_999_995, 1_000_000_000])
+        #expect(try SweepParameter.parse("delay=3:3:1e-300").get().values == [3])
+        #expect(try SweepParameter.parse("requestTimeout=0.5:1:0.5").get().values == [0.5, 1])
     }
 
     @Test(arguments: [
@@ -158,8 +162,17 @@ struct SyntheticTrace {
         ("loadTimeout=1:x:1", "three numbers"),
         ("loadTimeout=5:1:1", "must be >= FROM"),
         ("loadTimeout=1:5:0", "STEP must be > 0"),
-        ("loadTimeout=-1:5:1", "FROM must be >= 0"),
-        ("loadTimeout=0:1000:1", "at most 200"),
+        ("loadTimeout=-1:5:1", "loadTimeout: FROM must be a number of seconds from 0 to 1000000000, got -1"),
+        ("loadTimeout=0:1000:1", "gives 1001 values; at most 200"),
+        ("loadTimeout=1:1e308:1e306", "loadTimeout: TO must be a number of seconds from 0 to 1000000000, got 1e308"),
+        ("timeout=1000000001:1000000002:1", "timeout: FROM must be a number of seconds from 0 to 1000000000, got 1000000001"),
+        ("delay=0:1000000001:10000000", "delay: TO must be a number of seconds from 0 to 1000000000"),
+        ("requestTimeout=0:5:1", "requestTimeout: FROM must be a number of seconds > 0 and <= 1000000000, got 0"),
+        ("requestTimeout=1:2e9:1e8", "requestTimeout: TO must be a number of seconds > 0 and <= 1000000000, got 2e9"),
+        // A tiny STEP is counted without building the values (it used to trap converting the count to Int).
+        ("loadTimeout=1:10:1e-300", "loadTimeout=1:10:1e-300 gives more than 10^15 values; at most 200 (use a larger STEP)"),
+        ("loadTimeout=0:1000000000:5e-324", "gives more than 10^15 values; at most 200"),
+        ("loadTimeout=0:1:0.000001", "gives 1000001 values; at most 200"),
     ])
     func aBadSweepSaysWhatWasExpected(_ text: String, _ expected: String) {
         guard case .failure(let error) = SweepParameter.parse(text) else {
