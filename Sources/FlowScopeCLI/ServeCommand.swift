@@ -95,15 +95,25 @@ func displayHost(bind: String) -> String {
 
 let certCommand = Command(spec: CommandSpec(
     name: "cert", summary: "Creates (or shows) the self-signed TLS certificate and prints its SHA-256 fingerprint.",
-    usage: "cert [--dir D]", options: [.init("dir", value: "D", "directory of cert.pem and key.pem (default .flowscope/tls)")],
+    usage: "cert [--dir D] [--host H[,H...]]", options: [
+        .init("dir", value: "D", "directory of cert.pem and key.pem (default .flowscope/tls)"),
+        .init("host", value: "H", "host names or IP addresses a new certificate also carries (SAN), comma-separated"),
+    ],
     details: """
-    D and its missing parents are created mode 0700; the key is mode 0600.
+    D and its missing parents are created mode 0700; the key is mode 0600. A new certificate carries
+    localhost, 127.0.0.1 and ::1, and the --host names (serve adds its bind address, or the host name
+    for 0.0.0.0, by itself); an existing one is shown as it is: to change its names, delete D first.
     Exit status: 0, or 2 when the directory or the files cannot be used (for example half a pair).
     """
 )) { args, io in
     let dir = args.value("dir") ?? ".flowscope/tls"
     guard !dir.isEmpty else {
         io.err("flowscope cert: --dir expects a directory\n")
+        return ExitStatus.usage
+    }
+    let hosts = (args.value("host") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    if let bad = hosts.first(where: { sanEntry($0) == nil }) {
+        io.err("flowscope cert: --host \(bad): expected a host name or an IP address\n")
         return ExitStatus.usage
     }
     // The directory and its missing parents (the state directory, by default) are made mode 0700.
@@ -113,8 +123,12 @@ let certCommand = Command(spec: CommandSpec(
     }
     do throws(ServerFileError) {
         let existed = FileManager.default.fileExists(atPath: dir + "/cert.pem")
-        let tls = try TLSMaterial.loadOrCreate(tlsDirectory: dir)
+        let tls = try TLSMaterial.loadOrCreate(tlsDirectory: dir, hosts: hosts)
         io.out("\(existed ? "existing" : "created") certificate \(tls.certPath)\nkey \(tls.keyPath) (mode 0600)\nSHA-256 fingerprint \(tls.fingerprint)\n")
+        if existed, let missing = hosts.first(where: { !TLSMaterial.certificate(tls.certPEM, covers: $0) }) {
+            io.err("flowscope cert: the existing certificate does not carry \(missing); delete \(dir) to create one that does\n")
+            return ExitStatus.usage
+        }
         return ExitStatus.success
     } catch {
         io.err("flowscope cert: \(error.description)\n")

@@ -56,7 +56,8 @@ final class ServeStack: Sendable {
             switch checked.tls {
             case .none: tls = nil
             case .configured(let cert, let key): tls = try TLSMaterial.load(certPath: cert, keyPath: key)
-            case .generated(let directory): tls = try TLSMaterial.loadOrCreate(tlsDirectory: directory)
+            case .generated(let directory):
+                tls = try TLSMaterial.loadOrCreate(tlsDirectory: directory, hosts: TLSMaterial.hosts(forBind: overrides.bind ?? config.server.bind))
             }
             if let configured = config.server.token {
                 token = try AuthToken(configured: configured)

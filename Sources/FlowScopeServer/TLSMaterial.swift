@@ -1,4 +1,9 @@
 import COpenSSL
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// A problem with a file the server reads or writes (certificate, key, token, state directory), naming it.
 public struct ServerFileError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -57,21 +62,27 @@ public struct TLSMaterial: Sendable, Equatable {
     /// Loads the generated pair from `<tlsDirectory>/cert.pem` and `key.pem` (config `server.tls.dir`),
     /// creating the directory (mode 0700) and the pair when absent, and replacing the pair when the
     /// certificate has less than `renewalWindowSeconds` left (or has expired).
-    public static func loadOrCreate(tlsDirectory: String) throws(ServerFileError) -> TLSMaterial {
+    ///
+    /// `hosts` are names and addresses added to a newly generated certificate's SAN, next to
+    /// `localhost`, `127.0.0.1` and `::1` (an existing certificate is kept as it is).
+    public static func loadOrCreate(tlsDirectory: String, hosts: [String] = []) throws(ServerFileError) -> TLSMaterial {
         let cert = tlsDirectory + "/cert.pem"
         let key = tlsDirectory + "/key.pem"
         let haveCert = StateDirectory.exists(cert)
         let haveKey = StateDirectory.exists(key)
+        var hosts = hosts
         if haveCert && haveKey {
             let existing = try load(certPath: cert, keyPath: key)
             if try secondsUntilExpiry(ofPEM: existing.certPEM) >= renewalWindowSeconds { return existing }
+            // Renewed with the names it had (a `cert --host` name, an earlier bind address) as well.
+            hosts = namesCarried(by: existing.certPEM) + hosts
         }
         if haveCert != haveKey {
             let missing = haveCert ? key : cert
             throw ServerFileError(path: missing, message: "missing while its pair exists; remove both files to regenerate")
         }
         try StateDirectory.create(tlsDirectory)
-        let generated = try generateSelfSigned(days: generatedValidityDays)
+        let generated = try generateSelfSigned(days: generatedValidityDays, hosts: hosts)
         try StateDirectory.writeFile(key, contents: generated.keyPEM, mode: 0o600)
         try StateDirectory.writeFile(cert, contents: generated.certPEM, mode: 0o644)
         return try load(certPath: cert, keyPath: key)
@@ -106,16 +117,75 @@ public struct TLSMaterial: Sendable, Equatable {
         try X509Box(pem: pem, path: "<memory>").sha256Fingerprint(path: "<memory>")
     }
 
-    /// A fresh EC P-256 key and a self-signed certificate (SAN DNS:localhost, IP:127.0.0.1, IP:::1),
-    /// valid from an hour ago (notBefore) for exactly `days` days in total (notAfter = notBefore + `days`).
+    /// A fresh EC P-256 key and a self-signed certificate (SAN DNS:localhost, IP:127.0.0.1, IP:::1,
+    /// and each of `hosts`: an IP address as such, anything else as a DNS name), valid from an hour
+    /// ago (notBefore) for exactly `days` days in total (notAfter = notBefore + `days`).
     /// Nothing is written.
-    public static func generateSelfSigned(days: Int = generatedValidityDays) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
+    public static func generateSelfSigned(days: Int = generatedValidityDays, hosts: [String] = []) throws(ServerFileError) -> (certPEM: String, keyPEM: String) {
+        if let bad = hosts.first(where: { sanEntry($0) == nil }) {
+            throw ServerFileError(path: "<generated>", message: "\"\(bad)\": expected a host name or an IP address")
+        }
         do {
-            return try SelfSigned.generate(days: days)
+            return try SelfSigned.generate(days: days, san: (["DNS:localhost", "IP:127.0.0.1", "IP:::1"] + hosts.compactMap(sanEntry))
+                .reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }.joined(separator: ","))
         } catch {
             throw ServerFileError(path: "<generated>", message: "certificate generation failed: \(error.detail)")
         }
     }
+}
+
+extension TLSMaterial {
+    /// The names a certificate generated for a server bound to `bind` carries besides `localhost`,
+    /// `127.0.0.1` and `::1`: none on loopback; the address itself, or this machine's host name for
+    /// `0.0.0.0` and `::`, elsewhere (so that a client on another machine can verify it with the
+    /// certificate as its CA).
+    public static func hosts(forBind bind: String) -> [String] {
+        if AccessPolicy.isLoopback(bind) { return [] }
+        guard bind == "0.0.0.0" || bind == "::" else { return [bind] }
+        var name = [CChar](repeating: 0, count: 256)
+        guard gethostname(&name, name.count - 1) == 0, name[0] != 0 else { return [] }
+        let host = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return sanEntry(host) == nil ? [] : [host]
+    }
+}
+
+extension TLSMaterial {
+    /// Whether the certificate in `pem` is valid for `host` (a host name or an IP address), as a
+    /// client verifying it would decide.
+    public static func certificate(_ pem: String, covers host: String) -> Bool {
+        guard let box = try? X509Box(pem: pem, path: "<memory>") else { return false }
+        guard let entry = sanEntry(host) else { return false }
+        if entry.hasPrefix("IP:") { return X509_check_ip_asc(box.raw, host, 0) == 1 }
+        return X509_check_host(box.raw, host, host.utf8.count, 0, nil) == 1
+    }
+}
+
+extension TLSMaterial {
+    /// The host names and IP addresses in the SAN of the certificate in `pem` (IPv6 as OpenSSL
+    /// prints them, in full); empty when it has none or cannot be read.
+    public static func namesCarried(by pem: String) -> [String] {
+        guard let box = try? X509Box(pem: pem, path: "<memory>") else { return [] }
+        let index = X509_get_ext_by_NID(box.raw, NID_subject_alt_name, -1)
+        guard index >= 0, let ext = X509_get_ext(box.raw, index),
+              let text = try? SelfSigned.pem({ X509V3_EXT_print($0, ext, 0, 0) }) else { return [] }
+        return text.split(separator: ",").compactMap { part -> String? in
+            let entry = part.trimmingCharacters(in: .whitespaces)
+            for prefix in ["DNS:", "IP Address:"] where entry.hasPrefix(prefix) { return String(entry.dropFirst(prefix.count)) }
+            return nil
+        }
+    }
+}
+
+/// The SAN entry for `host`: `IP:` for an IPv4 or IPv6 address, `DNS:` for a host name (letters,
+/// digits, `-`, `.`, a leading `*.`); nil for anything else.
+public func sanEntry(_ host: String) -> String? {
+    var v4 = in_addr(), v6 = in6_addr()
+    if inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1 { return "IP:" + host }
+    let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
+    guard !name.isEmpty, name.count <= 253, !name.hasPrefix("."), !name.hasSuffix("."), !name.contains(".."),
+          name.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a) || $0 == 0x2d || $0 == 0x2e })
+    else { return nil }
+    return "DNS:" + host
 }
 
 /// An OpenSSL failure at one step, with OpenSSL's own reason.
@@ -200,7 +270,7 @@ func hexByte(_ byte: UInt8, uppercase: Bool) -> String {
 
 /// Key and certificate generation with non-variadic OpenSSL 3 calls (EVP_EC_gen is a variadic macro).
 enum SelfSigned {
-    static func generate(days: Int) throws(OpenSSLFailure) -> (certPEM: String, keyPEM: String) {
+    static func generate(days: Int, san: String) throws(OpenSSLFailure) -> (certPEM: String, keyPEM: String) {
         guard let kctx = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else { throw OpenSSLFailure("EVP_PKEY_CTX_new_from_name") }
         defer { EVP_PKEY_CTX_free(kctx) }
         guard EVP_PKEY_keygen_init(kctx) == 1 else { throw OpenSSLFailure("EVP_PKEY_keygen_init") }
@@ -233,7 +303,7 @@ enum SelfSigned {
             (NID_key_usage, "critical,digitalSignature"),
             (NID_ext_key_usage, "serverAuth"),
             (NID_subject_key_identifier, "hash"),
-            (NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1"),
+            (NID_subject_alt_name, san),
         ]
         for (nid, value) in extensions {
             guard let ext = X509V3_EXT_nconf_nid(nil, &v3, nid, value) else { throw OpenSSLFailure("extension \(value)") }
@@ -248,7 +318,7 @@ enum SelfSigned {
     }
 
     /// Writes into a memory BIO and reads it back (BIO_get_mem_data is a macro).
-    private static func pem(_ write: (OpaquePointer) -> Int32) throws(OpenSSLFailure) -> String {
+    static func pem(_ write: (OpaquePointer) -> Int32) throws(OpenSSLFailure) -> String {
         guard let bio = BIO_new(BIO_s_mem()) else { throw OpenSSLFailure("BIO_new") }
         defer { BIO_free(bio) }
         guard write(bio) == 1 else { throw OpenSSLFailure("PEM_write") }

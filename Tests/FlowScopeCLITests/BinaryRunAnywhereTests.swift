@@ -1,4 +1,5 @@
 import FlowJSON
+import FlowScopeServer
 import Foundation
 import Synchronization
 import TestSupport
@@ -159,6 +160,18 @@ struct BinaryRunAnywhereRealTimeTests {
         let blocked = try await cert(["--dir", "afile/sub"])
         #expect(blocked.status == 2)
         #expect(blocked.err == "flowscope cert: \(dir)/afile/sub: cannot be created: \(dir)/afile is not a directory\n")
+
+        // --host: names a new certificate carries; an existing one that lacks a name is an error.
+        let named = try await cert(["--dir", "named", "--host", "buildbox.example, 192.0.2.7"])
+        #expect(named.status == 0, "\(named.err)")
+        let pem = try String(contentsOfFile: dir + "/named/cert.pem", encoding: .utf8)
+        #expect(TLSMaterial.certificate(pem, covers: "buildbox.example") && TLSMaterial.certificate(pem, covers: "192.0.2.7"))
+        #expect(try await cert(["--dir", "named", "--host", "buildbox.example"]).status == 0)
+        let lacking = try await cert(["--dir", "named", "--host", "other.example"])
+        #expect(lacking.status == 2 && lacking.err.contains("does not carry other.example; delete named"), "\(lacking.err)")
+        let bad = try await cert(["--dir", "bad", "--host", "not a name"])
+        #expect(bad.status == 2 && bad.err == "flowscope cert: --host not a name: expected a host name or an IP address\n")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/bad"))
     }
 
     @Test("simulate from any directory: the built-in config unless --config; runs saved under server.stateDir (mode 0700) or --state-dir, never replacing one another, listed by serve")

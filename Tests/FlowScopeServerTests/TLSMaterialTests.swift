@@ -29,6 +29,46 @@ struct TLSMaterialTests {
         #expect(first.fingerprint.count == 32 * 3 - 1)
     }
 
+    @Test("a generated certificate carries localhost, 127.0.0.1, ::1 and the hosts given (names and addresses), and nothing else")
+    func hosts() throws {
+        let plain = try TLSMaterial.generateSelfSigned()
+        for host in ["localhost", "127.0.0.1", "::1"] { #expect(TLSMaterial.certificate(plain.certPEM, covers: host), "\(host)") }
+        #expect(!TLSMaterial.certificate(plain.certPEM, covers: "buildbox.example"))
+        let named = try TLSMaterial.generateSelfSigned(hosts: ["buildbox.example", "192.0.2.7", "2001:db8::1", "localhost"])
+        for host in ["localhost", "127.0.0.1", "::1", "buildbox.example", "192.0.2.7", "2001:db8::1"] {
+            #expect(TLSMaterial.certificate(named.certPEM, covers: host), "\(host)")
+        }
+        for host in ["other.example", "192.0.2.8", "example"] { #expect(!TLSMaterial.certificate(named.certPEM, covers: host), "\(host)") }
+        #expect(throws: ServerFileError.self) { try TLSMaterial.generateSelfSigned(hosts: ["bad name"]) }
+        #expect(sanEntry("a..b") == nil && sanEntry("") == nil && sanEntry("*.example.com") == "DNS:*.example.com")
+    }
+
+    @Test("a certificate renewed at start keeps the names it carried and adds the ones asked for")
+    func renewalKeepsNames() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let expiring = try TLSMaterial.generateSelfSigned(days: 10, hosts: ["kept.example", "192.0.2.9"])
+        #expect(TLSMaterial.namesCarried(by: expiring.certPEM) == ["localhost", "127.0.0.1", "0:0:0:0:0:0:0:1", "kept.example", "192.0.2.9"])
+        try expiring.keyPEM.write(toFile: dir + "/key.pem", atomically: true, encoding: .utf8)
+        try expiring.certPEM.write(toFile: dir + "/cert.pem", atomically: true, encoding: .utf8)
+        let renewed = try TLSMaterial.loadOrCreate(tlsDirectory: dir, hosts: ["new.example"])
+        #expect(renewed.certPEM != expiring.certPEM)
+        for host in ["localhost", "::1", "kept.example", "192.0.2.9", "new.example"] {
+            #expect(TLSMaterial.certificate(renewed.certPEM, covers: host), "\(host)")
+        }
+    }
+
+    @Test("serve's certificate names: none beyond the defaults on loopback; the bind address, or the host name for 0.0.0.0 and ::")
+    func hostsForBind() {
+        #expect(TLSMaterial.hosts(forBind: "127.0.0.1").isEmpty && TLSMaterial.hosts(forBind: "::1").isEmpty
+                && TLSMaterial.hosts(forBind: "localhost").isEmpty)
+        #expect(TLSMaterial.hosts(forBind: "192.0.2.7") == ["192.0.2.7"])
+        var name = [CChar](repeating: 0, count: 256)
+        gethostname(&name, 255)
+        let host = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        #expect(TLSMaterial.hosts(forBind: "0.0.0.0") == [host] && TLSMaterial.hosts(forBind: "::") == [host])
+    }
+
     @Test("a configured TLS directory holds cert.pem and key.pem directly")
     func tlsDirectory() throws {
         let dir = makeTemporaryDirectory()
