@@ -103,7 +103,9 @@ let certCommand = Command(spec: CommandSpec(
     D and its missing parents are created mode 0700; the key is mode 0600. A new certificate carries
     localhost, 127.0.0.1 and ::1, and the --host names (serve adds its bind address, or the host name
     for 0.0.0.0, by itself); an existing one is shown as it is: to change its names, delete D first.
-    Exit status: 0, or 2 when the directory or the files cannot be used (for example half a pair).
+
+    Exit status: 0, or 2 when the directory or the files cannot be used (for example half a pair),
+    or a --host is not a host name or IP address or is missing from the existing certificate.
     """
 )) { args, io in
     let dir = args.value("dir") ?? ".flowscope/tls"
