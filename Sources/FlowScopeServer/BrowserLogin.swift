@@ -100,12 +100,7 @@ public struct BrowserLogin: Sendable {
     /// token is percent-encoded.
     public static func url(bind: String, port: Int, token: AuthToken) -> String {
         var host = bind
-        if bind == "0.0.0.0" || bind == "::" {
-            var name = [CChar](repeating: 0, count: 256)
-            if gethostname(&name, name.count - 1) == 0, name[0] != 0 {
-                host = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            }
-        }
+        if bind == "0.0.0.0" || bind == "::", let name = machineHostName() { host = name }
         if host.contains(":") { host = "[\(host)]" }
         return "https://\(host):\(port)/?token=\(PercentEncoding.query(token.value))"
     }
@@ -117,4 +112,11 @@ extension Substring {
         while s.last == character { s = s.dropLast() }
         return s
     }
+}
+
+/// This machine's host name (`gethostname`), nil when it has none.
+func machineHostName() -> String? {
+    var name = [CChar](repeating: 0, count: 256)
+    guard gethostname(&name, name.count - 1) == 0, name[0] != 0 else { return nil }
+    return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

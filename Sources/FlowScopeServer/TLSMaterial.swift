@@ -142,10 +142,8 @@ extension TLSMaterial {
     public static func hosts(forBind bind: String) -> [String] {
         if AccessPolicy.isLoopback(bind) { return [] }
         guard bind == "0.0.0.0" || bind == "::" else { return [bind] }
-        var name = [CChar](repeating: 0, count: 256)
-        guard gethostname(&name, name.count - 1) == 0, name[0] != 0 else { return [] }
-        let host = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return sanEntry(host) == nil ? [] : [host]
+        guard let host = machineHostName(), sanEntry(host) != nil else { return [] }
+        return [host]
     }
 }
 
