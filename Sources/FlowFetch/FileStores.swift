@@ -27,7 +27,8 @@ public enum AtomicFile {
     /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename over
     /// `path`, fsync of the directory. A reader sees the old file or the new one, never a torn one.
     public static func write(_ bytes: [UInt8], to path: String) throws(FileStoreError) {
-        let dir = (path as NSString).deletingLastPathComponent
+        let parent = FilePaths.directory(of: path)
+        let dir = parent.isEmpty ? "." : parent  // a bare file name is in the working directory
         let tmp = dir + "/.tmp-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw FileStoreError(path: tmp, message: "cannot create: \(errnoText())") }

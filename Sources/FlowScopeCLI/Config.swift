@@ -79,7 +79,7 @@ struct FlowScopeConfig: Sendable {
             throw JSONInputError(file: path, path: "$", message: "the file is not UTF-8 text")
         }
         do throws(JSONInputError) {
-            let base = (absolutePath(path) as NSString).deletingLastPathComponent
+            let base = FilePaths.directory(of: absolutePath(path))
             var config = try decode(JSONCursor(try JSON5.parse(text)), base: base)
             config.file = path
             return config

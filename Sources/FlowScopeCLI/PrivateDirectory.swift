@@ -1,3 +1,4 @@
+import FlowJSON
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -30,7 +31,7 @@ enum PrivateDirectory {
                 break
             }
             missing.append(current)
-            current = (current as NSString).deletingLastPathComponent
+            current = FilePaths.directory(of: current)
         }
         for directory in missing.reversed() {
             if mkdir(directory, mode) != 0 {

@@ -124,8 +124,8 @@ struct ServeChecks: Sendable {
             guard let path = sink["path"]?.stringValue else { continue }
             if FileManager.default.fileExists(atPath: path) {
                 if access(path, W_OK) != 0 { throw fail("sinks[\(i)].path", path, Self.describe(errno: errno)) }
-            } else if let problem = Self.directoryProblem((path as NSString).deletingLastPathComponent) {
-                let directory = FlowScopeConfig.absolutePath((path as NSString).deletingLastPathComponent)
+            } else if let problem = Self.directoryProblem(FilePaths.directory(of: path)) {
+                let directory = FlowScopeConfig.absolutePath(FilePaths.directory(of: path))
                 throw fail("sinks[\(i)].path", path, "directory \(directory): \(problem)")
             }
         }
@@ -187,8 +187,8 @@ struct ServeChecks: Sendable {
         }
         guard errno == ENOENT || errno == ENOTDIR else { return describe(errno: errno) }
         if mustExist { return "not found" }
-        var parent = (FlowScopeConfig.absolutePath(path) as NSString).deletingLastPathComponent
-        while !parent.isEmpty, parent != "/", stat(parent, &st) != 0 { parent = (parent as NSString).deletingLastPathComponent }
+        var parent = FilePaths.directory(of: FlowScopeConfig.absolutePath(path))
+        while !parent.isEmpty, parent != "/", stat(parent, &st) != 0 { parent = FilePaths.directory(of: parent) }
         if stat(parent, &st) == 0, (st.st_mode & S_IFMT) != S_IFDIR { return "cannot be created: \(parent) is not a directory" }
         guard access(parent, W_OK | X_OK) == 0 else { return "cannot be created: \(parent) is not writable" }
         return nil

@@ -174,6 +174,31 @@ struct BinaryRunAnywhereRealTimeTests {
         #expect(!FileManager.default.fileExists(atPath: dir + "/bad"))
     }
 
+    @Test("one-character relative directories are directories like any other: cert --dir x, simulate and serve --state-dir s, never a crash")
+    func oneCharacterDirectories() async throws {
+        let binary = try #require(flowscopeBinary(), "build the flowscope product first (swift build)")
+        let dir = (makeTemporaryDirectory("onechar") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        let cert = try RunningFlowScope(binary, ["cert", "--dir", "x"], in: dir)
+        let certEnd = await cert.exit(within: 30)
+        #expect(certEnd?.reason == .exit && certEnd?.status == 0, "\(String(describing: certEnd)) \(cert.stderr)")
+        #expect(FileManager.default.fileExists(atPath: dir + "/x/cert.pem"))
+        #expect(try mode(dir + "/x") == 0o700)
+
+        let simulate = try RunningFlowScope(binary, ["simulate", "--sessions", "20", "--threads", "1", "--state-dir", "s"], in: dir)
+        let simulateEnd = await simulate.exit(within: 60)
+        #expect(simulateEnd?.reason == .exit && simulateEnd?.status == 0, "\(String(describing: simulateEnd)) \(simulate.stderr)")
+        #expect(simulate.stdout.contains("saved as dashboard run "), "\(simulate.stdout)")
+        #expect(try mode(dir + "/s") == 0o700)
+
+        let serve = try RunningFlowScope(binary, ["serve", "--state-dir", "t", "--port", "0", "--no-demo"], in: dir)
+        #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") || !serve.process.isRunning }, "\(serve.stderr)")
+        #expect(FileManager.default.fileExists(atPath: dir + "/t/tls/cert.pem"), "\(serve.stdout) \(serve.stderr)")
+        kill(serve.pid, SIGINT)
+        let serveEnd = await serve.exit(within: 15)
+        #expect(serveEnd?.reason == .exit && serveEnd?.status == 0, "\(String(describing: serveEnd)) \(serve.stderr)")
+    }
+
     @Test("simulate from any directory: the built-in config unless --config; runs saved under server.stateDir (mode 0700) or --state-dir, never replacing one another, listed by serve")
     func simulateStateDirectory() async throws {
         let dir = makeTemporaryDirectory("simstate")

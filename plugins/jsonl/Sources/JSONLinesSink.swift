@@ -81,7 +81,7 @@ public final class JSONLinesSink: EventSink {
         self.keep = max(0, keep)
         self.fsync = fsync
         self.fsyncInterval = fsyncInterval.isNaN ? 1 : min(max(fsyncInterval, 0.001), Self.longestFsyncInterval)
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = FilePaths.directory(of: path)
         if !directory.isEmpty {
             do {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

@@ -441,7 +441,7 @@ final class OTLPTransport: Sendable {
             configuration.httpMaximumConnectionsPerHost = 1
             kind = .http(URLSession(configuration: configuration), url)
         case .file(let path):
-            let parent = (path as NSString).deletingLastPathComponent
+            let parent = FilePaths.directory(of: path)
             if !parent.isEmpty { try? FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true) }
             let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
             guard fd >= 0 else {

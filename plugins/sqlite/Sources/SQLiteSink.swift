@@ -186,7 +186,7 @@ public final class SQLiteSink: EventSink {
             self.epoch = String(repeating: "0", count: 16 - digits.count) + digits
         }
         let path = options.path
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = FilePaths.directory(of: path)
         if !parent.isEmpty {
             do {
                 try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
