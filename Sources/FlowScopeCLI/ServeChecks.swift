@@ -121,12 +121,13 @@ struct ServeChecks: Sendable {
             throw ServeStack.StartError(description: error.inFile(file).description)
         }
         for (i, sink) in (config.sinks.arrayValue ?? []).enumerated() where sink["enabled"]?.boolValue != false {
-            guard let path = sink["path"]?.stringValue else { continue }
-            if FileManager.default.fileExists(atPath: path) {
-                if access(path, W_OK) != 0 { throw fail("sinks[\(i)].path", path, Self.describe(errno: errno)) }
-            } else if let problem = Self.directoryProblem(FilePaths.directory(of: path)) {
-                let directory = FlowScopeConfig.absolutePath(FilePaths.directory(of: path))
-                throw fail("sinks[\(i)].path", path, "directory \(directory): \(problem)")
+            for (key, path) in Self.writtenFiles(sink, configDirectory: config.directory) {
+                if FileManager.default.fileExists(atPath: path) {
+                    if access(path, W_OK) != 0 { throw fail("sinks[\(i)].\(key)", path, Self.describe(errno: errno)) }
+                } else if let problem = Self.directoryProblem(FilePaths.directory(of: path)) {
+                    let directory = FlowScopeConfig.absolutePath(FilePaths.directory(of: path))
+                    throw fail("sinks[\(i)].\(key)", path, "directory \(directory): \(problem)")
+                }
             }
         }
 
@@ -161,6 +162,19 @@ struct ServeChecks: Sendable {
                 throw ServeStack.StartError(description: "\(file): $.engine.fallbackFile: \(error.description)")
             }
         }
+    }
+
+    /// The files a sink entry names for writing, by option: `path` (any type; the config loader has
+    /// resolved it already) and the `otlp` sink's `file`, resolved against `configDirectory` as its
+    /// factory resolves it.
+    static func writtenFiles(_ sink: JSONValue, configDirectory: String?) -> [(key: String, path: String)] {
+        var files: [(key: String, path: String)] = []
+        if let path = sink["path"]?.stringValue { files.append(("path", path)) }
+        if sink["type"]?.stringValue == "otlp", let file = sink["file"]?.stringValue, !file.isEmpty {
+            let resolved = SinkContext(options: ["file": .string(file)], configDirectory: configDirectory)
+            files.append(("file", (try? resolved.filePath("file")) ?? file))
+        }
+        return files
     }
 
     /// What keeps `path` from being read as a file, or nil when it can be.

@@ -94,6 +94,10 @@ struct ServeChecksTests {
              prepare: { try write("x", to: $0 + "/file") },
              config: #"{ sinks: [ { type: "metrics" }, { type: "jsonl", path: "file/events.jsonl" } ] }"#,
              error: "$.sinks[1].path: $DIR/file/events.jsonl: directory $DIR/file: not a directory"),
+        Case(name: "otlp output file below a file, named relative to the config file",
+             prepare: { try write("x", to: $0 + "/file") },
+             config: #"{ sinks: [ { type: "metrics" }, { type: "otlp", file: "file/otlp.jsonl" } ] }"#,
+             error: "$.sinks[1].file: $DIR/file/otlp.jsonl: directory $DIR/file: not a directory"),
     ]
 
     @Test("every config serve refuses, check-config refuses with the same line naming the file, the key and the resolved path; nothing is created")

@@ -563,10 +563,12 @@ extension OTLPSink {
         /// The factory.
         public init() {}
 
-        /// Reads ``Options``; `serviceVersion` defaults to FlowScope's version, and the HTTP
-        /// `User-Agent` is `flowscope/<FlowScope's version>`.
+        /// Reads ``Options``; a relative `file` resolves against the config file's directory
+        /// (``SinkContext/filePath(_:)``), `serviceVersion` defaults to FlowScope's version, and the
+        /// HTTP `User-Agent` is `flowscope/<FlowScope's version>`.
         public func options(from context: SinkContext) throws(JSONInputError) -> Options {
             var options = try Options(json: context.options, path: context.path)
+            if case .file = options.destination, let file = try context.filePath("file") { options.destination = .file(file) }
             if context.options["serviceVersion"] == nil { options.serviceVersion = context.version }
             options.userAgent = "flowscope/\(context.version)"
             return options

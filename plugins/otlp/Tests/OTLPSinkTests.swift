@@ -432,6 +432,18 @@ struct OTLPSinkTests {
         #expect(text.contains("\"flowscope.incomplete\",\"value\":{\"boolValue\":true}"))
     }
 
+    @Test("a relative file option resolves against the config file's directory, an absolute one stays as it is")
+    func fileRelativeToTheConfig() throws {
+        let factory = OTLPSink.Factory()
+        func destination(_ file: String, configDirectory: String?) throws -> OTLPSink.Destination {
+            try factory.options(from: SinkContext(options: ["file": .string(file)], path: "$.sinks[0]",
+                                                  configDirectory: configDirectory)).destination
+        }
+        #expect(try destination("traces/otlp.jsonl", configDirectory: "/etc/flowscope") == .file("/etc/flowscope/traces/otlp.jsonl"))
+        #expect(try destination("/var/otlp.jsonl", configDirectory: "/etc/flowscope") == .file("/var/otlp.jsonl"))
+        #expect(try destination("otlp.jsonl", configDirectory: nil) == .file("otlp.jsonl"))
+    }
+
     @Test("the otlp entry of config/flowscope.json5 is accepted")
     func shippedConfig() throws {
         let text = try String(contentsOfFile: packageRoot + "/config/flowscope.json5", encoding: .utf8)
