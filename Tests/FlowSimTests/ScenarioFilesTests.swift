@@ -158,6 +158,17 @@ struct EventAttributeTests {
         .paramClamped: ["name", "from", "to"], .profileChanged: ["from", "to"],
     ]
 
+    @Test("the events the metrics count by placement name one, a preload's batch timeouts included, so only ingested events count under placement=\"\"")
+    func placementOfCountedEvents() throws {
+        var events = evictionEvents()
+        for (_, scenario) in try scenarioFiles() { events += ScenarioRunner(scenario).run().events.map(\.event) }
+        let counted: Set<EventName> = [.fetchEnd, .cacheHit, .cacheMiss, .cacheExpired, .timeout, .fallback]
+        for e in events where counted.contains(e.name) {
+            #expect(e.placement != nil, "\(e.name.rawValue) \(e.attrs) has no placement")
+        }
+        #expect(events.contains { $0.name == .timeout && $0.attrs["stage"]?.stringValue == "batch" }, "a batch timeout is played")
+    }
+
     @Test("every event of every scenario carries its attributes, with the values the spec lists")
     func attributes() throws {
         var events = evictionEvents()
