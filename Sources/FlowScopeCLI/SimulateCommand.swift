@@ -25,7 +25,7 @@ let simulateCommand = Command(spec: CommandSpec(
               .init("ca", value: "FILE", "with --from https://...: the PEM CA file that signed the server's certificate"),
               .init("token", value: "T", "with --from https://...: a bearer token to send"),
               .init("sweep", value: "NAME=FROM:TO:STEP", "play each strategy at each value of loadTimeout, timeout, delay or requestTimeout, e.g. loadTimeout=1:10:0.5; FROM and TO are seconds from 0 to 10^9 (requestTimeout: > 0), at most 200 values"),
-              .init("max-p95", value: "S", "the time-to-flow p95 bound of the recommendation, seconds (default 3)")],
+              .init("max-p95", value: "S", "the time-to-flow p95 bound of the recommendation of --from or --sweep, seconds (default 3)")],
     details: """
     Plays each session through the real engine in virtual time, once per strategy, and prints per
     strategy: targeting correct, time to flow (p50, p95, p99, max), flow sources, requests per session,
@@ -76,6 +76,10 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     var maxP95 = 3.0
     if let text = args.value("max-p95") {
         guard let v = Double(text), v.isFinite, v > 0 else { return usage("--max-p95 expects a number of seconds > 0, got \(text)") }
+        // Only a run with a recommendation reads the bound: anywhere else the flag would do nothing.
+        guard args.value("from") != nil || sweep != nil else {
+            return usage("--max-p95 bounds the recommendation of --from or --sweep, and neither is given")
+        }
         maxP95 = v
     }
     for flag in ["ca", "token"] where args.value(flag) != nil && args.value("from") == nil {

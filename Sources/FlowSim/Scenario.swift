@@ -59,6 +59,12 @@ public struct LayoutDefinition: Sendable, Hashable {
     public var customMedia: [String]
     public var imageBytes: Int
 
+    /// The most images a scenario layout may have: every image is built and prefetched in memory.
+    public static let maxImages = 10_000
+    /// The largest image a scenario may give, in bytes (100 MB): `flowscope stub-backend` really
+    /// sends it, and the prefetch totals stay far inside `Int`.
+    public static let maxImageBytes = 100_000_000
+
     /// The layout the backend serves: `images` images, the first ones carrying the custom media ids.
     public var layout: Layout {
         Layout(id: id, version: version, screens: ["main"],

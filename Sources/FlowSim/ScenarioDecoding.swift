@@ -75,7 +75,7 @@ extension Scenario {
 
         let stepCursors = try o.required("steps").array()
         var steps: [Step] = []
-        for c in stepCursors { steps.append(try decodeStep(c, stepCount: stepCursors.count)) }
+        for (index, c) in stepCursors.enumerated() { steps.append(try decodeStep(c, index: index, stepCount: stepCursors.count)) }
 
         var expect: [Expectation] = []
         if let e = o.optional("expect") {
@@ -136,9 +136,13 @@ extension Scenario {
             let lo = try l.object()
             try lo.rejectUnknownKeys(allowed: ["id", "version", "images", "customMedia", "imageBytes"])
             layout = LayoutDefinition(id: try lo.required("id").nonEmptyString(), version: try lo.required("version").int(),
-                                      images: try lo.optional("images").map { c throws(JSONInputError) in try count(c) } ?? 0,
+                                      images: try lo.optional("images").map { c throws(JSONInputError) in
+                                          try count(c, atMost: LayoutDefinition.maxImages)
+                                      } ?? 0,
                                       customMedia: try lo.optional("customMedia")?.array().map { c throws(JSONInputError) in try c.nonEmptyString() } ?? [],
-                                      imageBytes: try lo.optional("imageBytes").map { c throws(JSONInputError) in try count(c) } ?? 24_000)
+                                      imageBytes: try lo.optional("imageBytes").map { c throws(JSONInputError) in
+                                          try count(c, atMost: LayoutDefinition.maxImageBytes)
+                                      } ?? 24_000)
         }
         return PlacementBackend(audiences: audiences, layout: layout)
     }
@@ -198,7 +202,8 @@ extension Scenario {
         throw c.expected("\"reloadRevalidatingCacheData\", \"returnCacheDataElseLoad\" or {\"returnCacheDataIfNotExpiredElseLoad\": {\"maxAge\": N}}")
     }
 
-    private static func decodeStep(_ c: JSONCursor, stepCount: Int) throws(JSONInputError) -> Step {
+    /// Step `index` of `stepCount`.
+    private static func decodeStep(_ c: JSONCursor, index: Int, stepCount: Int) throws(JSONInputError) -> Step {
         let o = try c.object()
         let at = try o.required("at").seconds()
         let callCursor = try o.required("call")
@@ -244,7 +249,9 @@ extension Scenario {
             allowed.formUnion(["step"])
             let s = try o.required("step")
             let target = try s.int()
-            guard target >= 0, target < stepCount else { throw s.expected("the index of another step (0..<\(stepCount))") }
+            guard target >= 0, target < stepCount, target != index else {
+                throw s.expected("the index of another step (0..<\(stepCount), not \(index), this cancel step's own)")
+            }
             call = .cancel(step: target)
         default:
             throw callCursor.expected("one of getFlow, getFlowForDefaultAudience, preloadFlows, preloadFlowsForDefaultAudience, getFlowOrDefault, getFlowConfiguration, identify, restart, cancel")
@@ -289,6 +296,13 @@ extension Scenario {
     private static func count(_ c: JSONCursor) throws(JSONInputError) -> Int {
         let v = try c.int()
         guard v >= 0 else { throw c.expected("an integer >= 0") }
+        return v
+    }
+
+    /// An integer from 0 to `limit`.
+    private static func count(_ c: JSONCursor, atMost limit: Int) throws(JSONInputError) -> Int {
+        let v = try c.int()
+        guard v >= 0, v <= limit else { throw c.expected("an integer from 0 to \(limit)") }
         return v
     }
 }

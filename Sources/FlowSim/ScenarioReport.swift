@@ -34,6 +34,8 @@ public struct ScenarioReport: Sendable {
 
     /// An expectation that did not hold.
     public struct Failure: Sendable {
+        /// The index of the expectation in the scenario's `expect` list.
+        public var expectation: Int
         public var step: Int
         public var key: String
         public var expected: JSONValue
@@ -55,13 +57,13 @@ public struct ScenarioReport: Sendable {
         self.events = events
         var failures: [Failure] = []
         var passed = 0
-        for e in scenario.expect {
+        for (index, e) in scenario.expect.enumerated() {
             let actual = Self.resultJSON(results[e.step])
             var ok = true
             func check(_ key: String, _ expected: JSONValue?, _ got: JSONValue) {
                 guard let expected, expected != got else { return }
                 ok = false
-                failures.append(Failure(step: e.step, key: key, expected: expected, actual: got, path: e.path))
+                failures.append(Failure(expectation: index, step: e.step, key: key, expected: expected, actual: got, path: e.path))
             }
             check("outcome", e.outcome.map(JSONValue.string), actual["outcome"] ?? .null)
             check("source", e.source.map(JSONValue.string), actual["source"] ?? .null)
@@ -168,7 +170,8 @@ public struct ScenarioReport: Sendable {
 
     // MARK: text
 
-    /// A readable timeline: each call with its requests, the events with `--events`, and a line per expectation.
+    /// A readable timeline: each call with its requests, the events with `--events`, then a `PASS`
+    /// line per expectation that held and a `FAIL` line per key that did not.
     public func timeline(events showEvents: Bool) -> String {
         var out = "\(scenario.name)" + (scenario.file.map { "  (\($0))" } ?? "") + "\n"
         for r in results {
@@ -198,8 +201,13 @@ public struct ScenarioReport: Sendable {
                     + (e.event.placement.map { " \($0)" } ?? "") + (attrs.isEmpty ? "" : "  " + attrs) + "\n"
             }
         }
-        for f in failures {
-            out += "  FAIL step \(f.step) \(f.key): expected \(f.expected.jsonText), got \(f.actual.jsonText)  (\(f.path))\n"
+        // A line per expectation that held, a line per key of one that did not, in the file's order.
+        for (index, e) in scenario.expect.enumerated() {
+            let failed = failures.filter { $0.expectation == index }
+            if failed.isEmpty { out += "  PASS step \(e.step)  (\(e.path))\n" }
+            for f in failed {
+                out += "  FAIL step \(f.step) \(f.key): expected \(f.expected.jsonText), got \(f.actual.jsonText)  (\(f.path))\n"
+            }
         }
         if !scenario.expect.isEmpty {
             out += "  \(passed) passed, \(scenario.expect.count - passed) failed\n"

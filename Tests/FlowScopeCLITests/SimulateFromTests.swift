@@ -142,6 +142,7 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
             (["--sweep", "loadTimeout=1:1e308:1e306"], "flowscope simulate: --sweep: loadTimeout: TO must be a number of seconds from 0 to 1000000000, got 1e308"),
             (["--sweep", "loadTimeout=1:10:1e-300"], "flowscope simulate: --sweep: loadTimeout=1:10:1e-300 gives more than 10^15 values; at most 200"),
             (["--max-p95", "soon"], "--max-p95 expects a number of seconds > 0"),
+            (["--max-p95", "2"], "--max-p95 bounds the recommendation of --from or --sweep, and neither is given"),
             (["--ca", dir + "/ca.pem"], "--ca applies to --from"),
         ]
         for (extra, message) in cases {

@@ -115,6 +115,22 @@ struct ScenarioOutputTests {
         #expect(f["expected"] == 4.6)
         #expect(f["actual"] == 4.7)
     }
+
+    @Test("the timeline has a PASS line per expectation that held and a FAIL line per key that did not, in file order")
+    func timelineVerdicts() throws {
+        let text = Self.example.replacingOccurrences(
+            of: "expect: [ { step: 0, source: \"defaultAudience\", completedAt: 4.7 } ]",
+            with: "expect: [ { step: 0, source: \"network\", completedAt: 4.6 }, { step: 1, outcome: \"error\" } ]")
+        try #require(text != Self.example)
+        let timeline = ScenarioRunner(try Scenario.decode(text)).run().timeline(events: false)
+        let verdicts = timeline.split(separator: "\n").filter { $0.hasPrefix("  PASS") || $0.hasPrefix("  FAIL") || $0.contains(" passed, ") }
+        #expect(verdicts == [
+            "  FAIL step 0 source: expected \"network\", got \"defaultAudience\"  ($.expect[0])",
+            "  FAIL step 0 completedAt: expected 4.6, got 4.7  ($.expect[0])",
+            "  PASS step 1  ($.expect[1])",
+            "  1 passed, 1 failed",
+        ])
+    }
 }
 
 @Suite("Invalid scenario files")
@@ -164,6 +180,21 @@ struct InvalidScenarioTests {
     @Test("an expectation naming a step that does not exist is rejected")
     func stepOutOfRange() {
         check("{ step: 0, source", "{ step: 2, source", path: "$.expect[0].step", mentions: "0..<2")
+    }
+
+    @Test("a layout's images and imageBytes beyond their limits are refused with the path and the range")
+    func layoutLimits() {
+        let layout = "{ name: \"All Users\", versionId: \"av-all\", variations: [ { id: \"all-A\", weight: 50 }, { id: \"all-B\", weight: 50 } ] } ] } } },"
+        for (key, value, limit) in [("images", "10001", "10000"), ("imageBytes", "9000000000000000", "100000000")] {
+            check(layout, layout.replacingOccurrences(of: "] } } },", with: "], layout: { id: \"L\", version: 1, \(key): \(value) } } } },"),
+                  path: "$.backend.placements.main_paywall.layout.\(key)", mentions: "an integer from 0 to \(limit)")
+        }
+    }
+
+    @Test("a cancel step that names itself is refused: it can only cancel another step")
+    func cancelItself() {
+        check("{ at: 10, call: \"preloadFlows\", placements: [\"gone\", \"main_paywall\"], loadTimeout: 2 }",
+              "{ at: 10, call: \"cancel\", step: 1 }", path: "$.steps[1].step", mentions: "another step")
     }
 
     @Test("a JSON syntax error names the file and the line")
