@@ -172,7 +172,10 @@ public struct AssetPrefetchMachine: FetchMachine {
         switch completion.result {
         case .success(let body):
             attrs["outcome"] = "ok"
-            if case .asset(let n) = body { bytes += n } else { bytes += completion.bytes }
+            // Sizes come from the driver (a scenario file, a stub): the total saturates, never traps.
+            let n = if case .asset(let n) = body { n } else { completion.bytes }
+            let (sum, overflow) = bytes.addingReportingOverflow(max(0, n))
+            bytes = overflow ? .max : sum
         case .failure(let f):
             attrs["outcome"] = .string(f.outcome)
             failed += 1

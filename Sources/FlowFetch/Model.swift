@@ -282,16 +282,23 @@ public struct LayoutImage: Sendable, Hashable {
     }
 }
 
-/// A flow's layout: screens, styles and texts (kept as JSON), images and video references.
+/// A flow's layout: screens, styles and texts (kept as JSON, as the backend sent them), images and
+/// video references.
 public struct Layout: Sendable, Hashable {
     public var id: String
     public var version: Int
     public var screens: JSONValue
+    /// The layout's styles, when the backend sends them (nil: the layout has none).
+    public var styles: JSONValue?
+    /// The layout's texts (for example localized strings by key), when the backend sends them.
+    public var texts: JSONValue?
     public var images: [LayoutImage]
     /// Video references; videos are never cached by the engine.
     public var videos: [String]
-    public init(id: String, version: Int, screens: JSONValue = .array([]), images: [LayoutImage] = [], videos: [String] = []) {
-        self.id = id; self.version = version; self.screens = screens; self.images = images; self.videos = videos
+    public init(id: String, version: Int, screens: JSONValue = .array([]), styles: JSONValue? = nil, texts: JSONValue? = nil,
+                images: [LayoutImage] = [], videos: [String] = []) {
+        self.id = id; self.version = version; self.screens = screens; self.styles = styles; self.texts = texts
+        self.images = images; self.videos = videos
     }
     public var ref: LayoutRef { LayoutRef(id: id, version: version) }
 }

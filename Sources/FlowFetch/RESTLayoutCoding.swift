@@ -2,9 +2,10 @@ import FlowJSON
 
 extension RESTCoding {
     /// A layout as `GET /v1/layouts/{id}?version=N` returns it:
-    /// `{"id","version","screens":[...],"images":[{"url","customMediaId"?,"preview"?}],"videos":["url"]}`.
+    /// `{"id","version","screens":[...],"styles"?,"texts"?,"images":[{"url","customMediaId"?,"preview"?}],"videos":["url"]}`;
+    /// `styles` and `texts` are kept as they came, whatever their JSON shape.
     public static func layoutJSON(_ l: Layout) -> JSONValue {
-        [
+        var o: [String: JSONValue] = [
             "id": .string(l.id), "version": .number(Double(l.version)), "screens": l.screens,
             "images": .array(l.images.map { i in
                 var o: [String: JSONValue] = ["url": .string(i.url)]
@@ -14,6 +15,9 @@ extension RESTCoding {
             }),
             "videos": .array(l.videos.map(JSONValue.string)),
         ]
+        if let styles = l.styles { o["styles"] = styles }
+        if let texts = l.texts { o["texts"] = texts }
+        return .object(o)
     }
 
     /// Reads a layout; errors name the JSON path.
@@ -27,7 +31,9 @@ extension RESTCoding {
                                       preview: try io.optional("preview").flatMap { p throws(JSONInputError) in p.isNull ? nil : try p.string() }))
         }
         return Layout(id: try o.required("id").nonEmptyString(), version: try o.required("version").int(),
-                      screens: o.optional("screens")?.value ?? .array([]), images: images,
+                      screens: o.optional("screens")?.value ?? .array([]),
+                      styles: o.optional("styles").flatMap { $0.isNull ? nil : $0.value },
+                      texts: o.optional("texts").flatMap { $0.isNull ? nil : $0.value }, images: images,
                       videos: try o.optional("videos")?.array().map { v throws(JSONInputError) in try v.string() } ?? [])
     }
 

@@ -196,7 +196,7 @@ struct FileStoreTests {
     func layoutStore() throws {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let layout = Layout(id: "L1", version: 2, screens: ["main", ["title": "Hi"]],
+        let layout = Layout(id: "L1", version: 2, screens: ["main", ["title": "Hi"]], texts: ["en": ["title": "Hi"]],
                             images: [LayoutImage(url: "https://a.invalid/1.png", customMediaId: "hero", preview: "AAAA")], videos: ["v.mp4"])
         try FileLayoutStore(directory: dir).write(layout)
         let reopened = try FileLayoutStore(directory: dir)

@@ -306,6 +306,21 @@ struct LayoutMachineTests {
         if case .configuration(let c)? = a.finish { #expect(c.source == .cache) } else { Issue.record("no configuration") }
     }
 
+    @Test("image sizes whose sum passes Int.max saturate the prefetch's byte total instead of trapping")
+    func prefetchBytesSaturate() {
+        var m = AssetPrefetchMachine(placement: "p", urls: ["a", "b", "c"], requestTimeout: 5, profileId: "u")
+        var actions: [MachineAction] = []
+        m.start(now: 0, cache: FakeCache(), actions: &actions)
+        for tag in 0..<3 {
+            m.response(tag: tag, RequestCompletion(.success(.asset(bytes: Int.max / 2))), now: 1, cache: FakeCache(), actions: &actions)
+        }
+        let end = actions.compactMap { action -> EventAttributes? in
+            if case .emit(.assetsPrefetchEnd, _, _, let attrs) = action { attrs } else { nil }
+        }
+        #expect(end.count == 1)
+        #expect(end.first?["bytes"] == .number(Double(Int.max)))
+    }
+
     @Test("a layout not cached is fetched with deadline start + A")
     func network() throws {
         var f = flow("all-B", source: .network)

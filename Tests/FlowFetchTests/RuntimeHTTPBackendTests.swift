@@ -218,6 +218,30 @@ struct HTTPBackendRealTimeTests {
         #expect(assets.load(server.baseURL.absoluteString + "/img/1.png") == [1, 2, 3, 4, 5])
     }
 
+    @Test("a layout's texts and styles reach the app as the backend sent them")
+    func layoutTextsAndStyles() async throws {
+        let body = #"""
+        {"id":"L2","version":1,"screens":[{"id":"main"}],"styles":{"accent":"#FF3366"},
+         "texts":{"en":{"title":"Go Pro","cta":"Start trial"}},"images":[],"videos":[]}
+        """#
+        let server = try LoopbackServer { r in
+            r.target == "/v1/layouts/L2?version=1" ? .respond(status: 200, body: Array(body.utf8)) : .respond(status: 404, body: [])
+        }
+        defer { server.stop() }
+        let backend = try HTTPBackend(baseURL: server.baseURL)
+        let answer = await backend.send(RequestSpec(kind: .layout, layout: LayoutRef(id: "L2", version: 1), profileId: "p", timeout: 1))
+        guard case .layout(let layout)? = answer.result.success else {
+            Issue.record("expected a layout, got \(answer.result)")
+            return
+        }
+        #expect(layout.texts == ["en": ["title": "Go Pro", "cta": "Start trial"]])
+        #expect(layout.styles == ["accent": "#FF3366"])
+        // Kept by the layout cache and the fallback file's encoding: written as they came.
+        let written = try JSON5.parse(RESTCoding.layoutJSON(layout).jsonText)
+        #expect(written.objectValue?["texts"] == layout.texts)
+        #expect(written.objectValue?["styles"] == layout.styles)
+    }
+
     @Test("a backend URL without http(s) scheme and host, a CA file for http, or an unreadable CA file is refused with a clear error")
     func badConfiguration() throws {
         #expect(throws: HTTPBackendError.self) { try HTTPBackend(baseURL: URL(string: "ftp://x")!) }
