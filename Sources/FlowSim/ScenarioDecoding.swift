@@ -12,6 +12,16 @@ extension Scenario {
         }
     }
 
+    /// A placement id the file names as a key or a cache entry's `placement`: as the engine would
+    /// use it. The engine trims the ids of calls, so an id with spaces around it could never match.
+    static func placementKey(_ id: String, _ path: String) throws(JSONInputError) -> String {
+        guard let normalized = Budget.normalizePlacement(id), normalized == id else {
+            throw JSONInputError(path: path, message: "expected a placement id without spaces around it (the engine trims the ids "
+                                 + "it is called with, so this one would never match), got \(JSONValue.string(id).briefDescription)")
+        }
+        return id
+    }
+
     static func decode(_ root: JSONCursor, file: String?) throws(JSONInputError) -> Scenario {
         let o = try root.object()
         try o.rejectUnknownKeys(allowed: ["name", "profile", "backend", "network", "cache", "fallbackFile", "client", "steps", "expect", "description"])
@@ -25,7 +35,7 @@ extension Scenario {
             try bo.rejectUnknownKeys(allowed: ["placements"])
             if let placements = bo.optional("placements") {
                 for (id, c) in try placements.object().entries {
-                    backend[id] = try decodePlacement(c)
+                    backend[try placementKey(id, c.path)] = try decodePlacement(c)
                 }
             }
         }
@@ -45,7 +55,8 @@ extension Scenario {
             for entry in try c.array() {
                 let eo = try entry.object()
                 try eo.rejectUnknownKeys(allowed: ["placement", "variation", "audience", "age", "fromDefaultAudience", "corrupt"])
-                cache.append(CacheSeed(placement: try eo.required("placement").nonEmptyString(),
+                let placement = try eo.required("placement")
+                cache.append(CacheSeed(placement: try placementKey(try placement.nonEmptyString(), placement.path),
                                        variation: try eo.required("variation").nonEmptyString(),
                                        audience: try eo.optional("audience")?.string() ?? defaultAudienceName,
                                        age: try eo.optional("age").map { c throws(JSONInputError) in try c.seconds() } ?? 0,
@@ -57,6 +68,7 @@ extension Scenario {
         var fallback: [String: FallbackSeed] = [:]
         if let f = o.optional("fallbackFile") {
             for (id, c) in try f.object().entries {
+                let id = try placementKey(id, c.path)
                 let fo = try c.object()
                 try fo.rejectUnknownKeys(allowed: ["variation", "layout"])
                 fallback[id] = FallbackSeed(variation: try fo.required("variation").nonEmptyString(),

@@ -156,6 +156,16 @@ struct InvalidScenarioTests {
         check("at: 10, call", "at: 10, colour: 1, call", path: "$.steps[1].colour", mentions: "unknown")
     }
 
+    @Test("a placement id with spaces around it, which the engine's trimmed calls could never match, is named with its path")
+    func untrimmedPlacementKeys() {
+        check("placements: { main_paywall: {", "placements: { \" main_paywall\": {",
+              path: #"$.backend.placements[" main_paywall"]"#, mentions: "without spaces")
+        check("network: {", "fallbackFile: { \"p \": { variation: \"v\" } }, network: {",
+              path: #"$.fallbackFile["p "]"#, mentions: "without spaces")
+        check("network: {", "cache: [ { placement: \" p\", variation: \"v\" } ], network: {",
+              path: "$.cache[0].placement", mentions: "without spaces")
+    }
+
     @Test("a wrong type is named with its path")
     func wrongType() {
         check("latency: 0.2,", "latency: \"fast\",", path: "$.network.latency", mentions: "number")
