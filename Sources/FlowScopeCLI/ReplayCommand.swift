@@ -5,7 +5,7 @@ import FlowScopeTools
 import Foundation
 
 let replayCommand = Command(spec: CommandSpec(
-    name: "replay", summary: "Prints a trace file (JSON Lines of event envelopes) as a timeline.",
+    name: "replay", summary: "Prints a trace file (JSON Lines of event envelopes) as a timeline, or serves it on the dashboard.",
     usage: "replay TRACE.jsonl [--events] [--serve] [--config F] [--port N]",
     options: [.init("events", "also print every event under its call"),
               .init("serve", "load the trace into the dashboard instead: serves it like `flowscope serve --no-demo`"),
