@@ -17,6 +17,12 @@ public struct Output: Sendable {
         self.out = out; self.err = err; self.isTerminal = isTerminal
     }
 
+    /// Whether to colour standard output: only on a terminal, and not when `NO_COLOR` holds a
+    /// value (no-color.org: an empty `NO_COLOR` does not count), the rule of the console sink too.
+    public func usesColor(environment: [String: String]) -> Bool {
+        isTerminal && (environment["NO_COLOR"] ?? "").isEmpty
+    }
+
     /// The process's stdout and stderr.
     public static var standard: Output {
         Output(out: { s in writeAll(1, s) }, err: { s in writeAll(2, s) }, isTerminal: isatty(1) == 1)

@@ -147,7 +147,7 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     if json {
         io.out(lab.json.jsonText + "\n")
     } else {
-        let color = io.isTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
+        let color = io.usesColor(environment: ProcessInfo.processInfo.environment)
         io.out(lab.table(color: color))
         if let (_, prefix) = out, outFailure == nil { io.out("wrote \(prefix)simulate.json and \(prefix)report.html\n") }
         if saved { io.out("saved as dashboard run \(runID) (\(store.directory))\n") }

@@ -21,6 +21,16 @@ struct CommandLineTests {
         #expect(none.err == topLevelHelp)
     }
 
+    @Test("colour on a terminal only, and not with NO_COLOR holding a value; an empty NO_COLOR does not count (the console sink's rule)")
+    func colourRule() {
+        let terminal = Output(out: { _ in }, err: { _ in }, isTerminal: true)
+        let pipe = Output(out: { _ in }, err: { _ in }, isTerminal: false)
+        #expect(terminal.usesColor(environment: [:]))
+        #expect(terminal.usesColor(environment: ["NO_COLOR": ""]))
+        #expect(!terminal.usesColor(environment: ["NO_COLOR": "1"]))
+        #expect(!pipe.usesColor(environment: [:]))
+    }
+
     @Test("every command answers --help and help <command> with its usage and options")
     func commandHelp() async {
         #expect(Set(commands.map(\.spec.name)).isSuperset(of: ["serve", "run", "simulate", "cert", "check-config", "version"]))
