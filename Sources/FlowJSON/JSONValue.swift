@@ -85,7 +85,7 @@ public enum JSONWriter {
     /// Appends a number: whole values without a fraction, others shortest round-trip, non-finite as null.
     public static func writeNumber(_ n: Double, to out: inout String) {
         guard n.isFinite else { out += "null"; return }
-        if n.rounded() == n, abs(n) < 1e15 {
+        if n.rounded() == n, abs(n) <= 9_007_199_254_740_992 {  // whole and exact (2^53): integer digits
             out += String(Int64(n))
         } else {
             out += "\(n)"
@@ -158,7 +158,7 @@ extension JSONWriter {
     /// Appends a number to a byte buffer, as ``writeNumber(_:to:)-(_,String)`` writes it.
     public static func writeNumber(_ n: Double, to out: inout [UInt8]) {
         guard n.isFinite else { out.append(contentsOf: "null".utf8); return }
-        if n.rounded() == n, abs(n) < 1e15 {
+        if n.rounded() == n, abs(n) <= 9_007_199_254_740_992 {  // whole and exact (2^53): integer digits
             writeInteger(Int64(n), to: &out)
         } else {
             out.append(contentsOf: n.description.utf8)

@@ -32,6 +32,15 @@ struct JSONWriterTests {
         #expect(JSONValue.object(["b": 1, "a": "x"]).jsonText == #"{"a":"x","b":1}"#)
     }
 
+    @Test("whole numbers up to 2^53 (every integer a Double holds exactly) are written as integers, larger ones as doubles")
+    func wholeNumbers() {
+        #expect(JSONValue.number(1e15).jsonText == "1000000000000000")
+        #expect(JSONValue.number(9_007_199_254_740_991).jsonText == "9007199254740991")
+        #expect(JSONValue.number(-9_007_199_254_740_992).jsonText == "-9007199254740992")
+        #expect(JSONValue.number(1e16).jsonText == "1e+16")
+        #expect(JSONValue.number(2.5).jsonText == "2.5")
+    }
+
     static func random(_ rng: inout SplitMix64, depth: Int) -> JSONValue {
         switch rng.next() % (depth > 0 ? 6 : 4) {
         case 0: return .number(Double(Int64(bitPattern: rng.next()) % 1_000_000) / Double(1 + rng.next() % 4))
