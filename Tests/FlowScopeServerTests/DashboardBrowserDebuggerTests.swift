@@ -96,6 +96,13 @@ struct DashboardBrowserDebuggerTests {
             """
         _ = try browser.evaluate("document.querySelector('#pause').click()")
         #expect(try browser.evaluate("document.querySelector('#pause').getAttribute('aria-pressed')") == .string("true"))
+        // The pressed button's label stays readable (WCAG AA) in both themes.
+        for scheme in ["light", "dark"] {
+            try browser.emulate(colorScheme: scheme)
+            let ratio = try browser.evaluate(DashboardBrowserFilterTests.contrast("#pause")).numberValue ?? 0
+            #expect(ratio >= 4.5, "Resume's label against its background in the \(scheme) theme: \(ratio):1")
+        }
+        try browser.emulate(colorScheme: "light")
         usleep(400_000)
         let frozen = try browser.evaluate(snapshot)
         let seqBefore = try browser.evaluate("Number(document.body.dataset.latestSeq)").numberValue ?? 0

@@ -362,7 +362,9 @@ struct DashboardBrowserFilterTests {
     static func contrast(_ selector: String, _ property: String = "color") -> String {
         """
         (() => {
-          const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+          // rgb()/rgba() in 0-255, or color(srgb r g b / a) in 0-1 (what color-mix() computes to).
+          const rgb = (c) => { const v = (c.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+            return c.startsWith('color(srgb') ? v.map((x, i) => i < 3 ? x * 255 : x) : v; };
           const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
             .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
           const node = document.querySelector(\(JSONValue.string(selector).jsonText));
