@@ -41,7 +41,8 @@ struct FlowScopeConfig: Sendable {
     }
     struct Engine: Sendable {
         var requestTimeout = 30.0
-        var cacheDir = ".flowscope/cache"
+        /// The demo's returning users' caches; nil is `<state directory>/cache`.
+        var cacheDir: String?
         var cacheMaxBytes = 20 * 1024 * 1024
         var fallbackFile: String?
     }

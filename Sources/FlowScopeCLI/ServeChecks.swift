@@ -30,9 +30,14 @@ struct ServeChecks: Sendable {
     let web: StaticFiles
     /// The demo backend to play, nil when demo traffic is off.
     let demo: Scenario?
+    /// Where the demo's returning users keep their caches (`engine.cacheDir`, else `<stateDir>/cache`),
+    /// created by serve; nil when demo traffic is off.
+    let cacheDir: String?
+    /// `engine.fallbackFile`, loaded.
+    let fallback: FallbackFile?
 
     /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario,
-    /// engine fallback file.
+    /// the demo's cache directory, engine fallback file.
     init(config: FlowScopeConfig, overrides: ServeStack.Overrides) throws(ServeStack.StartError) {
         let file = config.file ?? FlowScopeConfig.embeddedName
         func fail(_ key: String, _ path: String, _ problem: String) -> ServeStack.StartError {
@@ -152,15 +157,26 @@ struct ServeChecks: Sendable {
             demo = nil
         }
 
+        // The demo's cache directory: an existing writable directory, or one that can be created.
+        if demo != nil {
+            let directory = config.engine.cacheDir ?? stateDir + "/cache"
+            if let problem = Self.directoryProblem(directory) { throw fail("engine.cacheDir", directory, problem) }
+            cacheDir = directory
+        } else {
+            cacheDir = nil
+        }
+
         // The engine's fallback file: loaded and checked as a client configured with it would
         // (fetch-rules.md, "The fallback file"), so a missing or broken one is found now.
         if let path = config.engine.fallbackFile {
             if let problem = Self.fileProblem(path) { throw fail("engine.fallbackFile", path, problem) }
             do throws(JSONInputError) {
-                _ = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
+                fallback = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
             } catch {
                 throw ServeStack.StartError(description: "\(file): $.engine.fallbackFile: \(error.description)")
             }
+        } else {
+            fallback = nil
         }
     }
 

@@ -27,15 +27,50 @@ public final class DemoTraffic: Sendable {
     private let maxConcurrent: Int
     private let task = Mutex<Task<Void, Never>?>(nil)
     private let stores: ReturningUsers
+    /// The engine settings every session's client gets.
+    public let engine: Engine
+    /// The fallback file of every session: the engine's when it has one, else the scenario's.
+    private let fallback: FallbackFile?
+
+    /// The engine settings of the demo sessions' clients (the config's `engine` section).
+    public struct Engine: Sendable {
+        /// Each client's `FlowEngine.Configuration.requestTimeout`, in seconds.
+        public var requestTimeout: Double
+        /// Replaces the scenario's fallback flows when set.
+        public var fallback: FallbackFile?
+        /// Where the returning users' flow cache (`flows/`) and layout cache (`layouts/`) live on disk;
+        /// nil keeps them in memory (lost when the traffic ends).
+        public var cacheDirectory: String?
+        /// The disk flow cache's size cap (least-recently-used eviction over all returning users).
+        public var cacheMaxBytes: Int
+
+        public init(requestTimeout: Double = 10, fallback: FallbackFile? = nil, cacheDirectory: String? = nil,
+                    cacheMaxBytes: Int = 20 * 1024 * 1024) {
+            self.requestTimeout = requestTimeout
+            self.fallback = fallback
+            self.cacheDirectory = cacheDirectory
+            self.cacheMaxBytes = cacheMaxBytes
+        }
+    }
 
     /// Demo traffic over `scenario`'s backend and fallback file, starting `sessionsPerSecond` sessions a
-    /// second (at most `maxConcurrent` at once), reporting to `events`.
-    public init(scenario: Scenario, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40) {
+    /// second (at most `maxConcurrent` at once), reporting to `events`. `engine` configures the
+    /// sessions' clients; with a cache directory, the returning users' caches are opened there
+    /// (created if needed; entries already there are found), which throws when it cannot be.
+    public init(scenario: Scenario, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40,
+                engine: Engine = Engine()) throws(FileStoreError) {
         self.scenario = scenario
         self.sessionsPerSecond = max(sessionsPerSecond, 0.1)
         self.events = events
         self.maxConcurrent = maxConcurrent
-        self.stores = ReturningUsers()
+        self.engine = engine
+        self.fallback = engine.fallback ?? ScenarioRunner.fallbackFile(scenario)
+        if let directory = engine.cacheDirectory {
+            self.stores = try ReturningUsers(directory: directory, maxBytes: engine.cacheMaxBytes,
+                                             placements: scenario.backend.keys.sorted())
+        } else {
+            self.stores = ReturningUsers()
+        }
     }
 
     /// Starts the traffic (idempotent).
@@ -96,9 +131,13 @@ public final class DemoTraffic: Sendable {
         let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend,
                                                         network: NetworkRules(latency: latency, rules: rules),
                                                         profiles: [profile]))
-        let client = FlowClient(profile: Profile(id: userID), backend: backend,
-                                configuration: .init(requestTimeout: 10, fallback: ScenarioRunner.fallbackFile(scenario)),
-                                disk: stores.disk(for: userID), events: events)
+        // Returning users' caches outlive the session (on disk with a cache directory); a new user's
+        // session starts from empty caches that end with it.
+        let configuration = FlowEngine.Configuration(requestTimeout: engine.requestTimeout, fallback: fallback)
+        let client = returning
+            ? FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration,
+                         disk: stores.disk(for: userID), layouts: stores.layouts(), events: events)
+            : FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration, events: events)
         let attribution: Task<Void, Never>? = attributedAt.map { at in
             Task {
                 try? await Task.sleep(for: .seconds(at))
@@ -142,11 +181,26 @@ public final class DemoTraffic: Sendable {
     }
 }
 
-/// The disk layers of returning demo users, kept across their sessions.
+/// The caches of returning demo users, kept across their sessions: in memory, or in files under a
+/// cache directory (`flows/`: one flow store for all of them, capped; `layouts/`: the layouts they
+/// loaded), where a later run finds them.
 final class ReturningUsers: Sendable {
     private let stores = Mutex<[String: SharedDisk]>([:])
+    private let files: (flows: SharedFileFlowStore, layouts: SharedLayoutStore, placements: [String])?
+
+    /// In memory.
+    init() { files = nil }
+
+    /// On disk under `directory`; the flow store holds at most `maxBytes`. `placements`: those a
+    /// session may cache (what a user's `removeAll(exceptProfile:)` removes).
+    init(directory: String, maxBytes: Int, placements: [String]) throws(FileStoreError) {
+        files = (SharedFileFlowStore(try FileFlowStore(directory: directory + "/flows", maxBytes: maxBytes)),
+                 SharedLayoutStore(try FileLayoutStore(directory: directory + "/layouts")), placements)
+    }
+
     func disk(for user: String) -> FlowDiskStore {
-        stores.withLock { all in
+        if let files { return UserFlowStore(user: user, placements: files.placements, shared: files.flows) }
+        return stores.withLock { all in
             if all.count > 200 { all.removeAll() }
             if let d = all[user] { return d }
             let d = SharedDisk()
@@ -154,6 +208,48 @@ final class ReturningUsers: Sendable {
             return d
         }
     }
+
+    /// The layout store of a returning user's session: the shared file store, or a fresh one in memory.
+    func layouts() -> LayoutStore {
+        files?.layouts ?? InMemoryLayoutStore()
+    }
+}
+
+/// One file flow store that the sessions of every returning demo user use, one call at a time.
+final class SharedFileFlowStore: Sendable {
+    let store: Mutex<FileFlowStore>
+    init(_ store: sending FileFlowStore) { self.store = Mutex(store) }
+}
+
+/// A returning user's view of the shared file flow store: the entries are keyed by profile, so every
+/// user's stay apart; "every other profile" of `removeAll(exceptProfile:)` is this device's user.
+final class UserFlowStore: FlowDiskStore, Sendable {
+    let user: String
+    let placements: [String]
+    let shared: SharedFileFlowStore
+    init(user: String, placements: [String], shared: SharedFileFlowStore) {
+        self.user = user
+        self.placements = placements
+        self.shared = shared
+    }
+    func load(_ key: CacheKey) -> [UInt8]? { shared.store.withLock { $0.load(key) } }
+    func touch(_ key: CacheKey) { shared.store.withLock { $0.touch(key) } }
+    func save(_ key: CacheKey, _ bytes: [UInt8]) -> [Eviction] { shared.store.withLock { $0.save(key, bytes) } }
+    func remove(_ key: CacheKey) { shared.store.withLock { $0.remove(key) } }
+    func removeAll(exceptProfile profileId: String) {
+        guard profileId != user else { return }
+        shared.store.withLock { store in
+            for placement in placements { store.remove(CacheKey(profileId: user, placementId: placement)) }
+        }
+    }
+}
+
+/// A file layout store shared by the sessions of the returning demo users.
+final class SharedLayoutStore: LayoutStore, Sendable {
+    private let store: Mutex<FileLayoutStore>
+    init(_ store: sending FileLayoutStore) { self.store = Mutex(store) }
+    func read(_ ref: LayoutRef) -> Layout? { store.withLock { $0.read(ref) } }
+    func write(_ layout: Layout) { store.withLock { $0.write(layout) } }
 }
 
 /// An in-memory disk layer that several sessions of one demo user may open, one after another.

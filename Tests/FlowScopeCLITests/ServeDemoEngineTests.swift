@@ -1,0 +1,112 @@
+import FlowJSON
+import Foundation
+import TestSupport
+import Testing
+@testable import FlowScopeCLI
+
+/// The config's `engine` section as serve's demo sessions use it. Demo traffic runs in real time on
+/// the cooperative pool: "RealTime" in the name puts the suite in `make test`'s serial second pass.
+@Suite("serve demo traffic uses the engine section")
+struct DemoEngineRealTimeTests {
+    func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
+        try write(text, to: dir + "/flowscope.json5")
+        return try FlowScopeConfig.load(path: dir + "/flowscope.json5")
+    }
+
+    /// The live events named `name` (at most the newest 1000).
+    func events(_ stack: ServeStack, _ name: String) throws -> [JSONValue] {
+        let text = try TestConnection(port: stack.server.port).request("GET", "/api/events?name=\(name)&run=live&limit=1000").text
+        return try JSON5.parse(text)["events"]?.arrayValue ?? []
+    }
+
+    /// The `.entry` files of the flow cache under `directory` (one directory per profile).
+    func entryFiles(_ directory: String) -> [String] {
+        let files = FileManager.default.enumerator(atPath: directory)?.allObjects as? [String] ?? []
+        return files.filter { $0.hasSuffix(".entry") }
+    }
+
+    @Test("returning users' flows and layouts are cached under engine.cacheDir (relative to the config file); a restarted serve serves cache hits from them")
+    func cacheSurvivesRestart() async throws {
+        let dir = (makeTemporaryDirectory("demo-cache") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "state" }, engine: { cacheDir: "cache" },
+          demo: { scenario: "\(packageRoot)/config/demo/backend.json5", rate: 60 } }
+        """, in: dir)
+        let first = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        let stored = await poll(20) { entryFiles(dir + "/cache/flows").count >= 5 }
+        first.stop()
+        #expect(stored, "flow cache files under \(dir)/cache/flows: \(entryFiles(dir + "/cache/flows"))")
+        // Only the pool of returning users is on disk (one directory per profile, at most 40).
+        let profiles = (try? FileManager.default.contentsOfDirectory(atPath: dir + "/cache/flows")) ?? []
+        #expect(!profiles.isEmpty && profiles.count <= 40, "\(profiles.count) profiles on disk")
+        #expect(FileManager.default.fileExists(atPath: dir + "/cache/layouts"))
+        #expect(!FileManager.default.fileExists(atPath: dir + "/state/cache"), "the configured cacheDir replaces <stateDir>/cache")
+
+        // A new start: a cache hit whose entry is older than the start came from the files.
+        try await Task.sleep(for: .milliseconds(300))
+        let restartedAt = Date().timeIntervalSince1970
+        let second = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { second.stop() }
+        let fromEarlierRun = try await poll(20) {
+            try events(second, "cache.hit").contains(where: { (event: JSONValue) -> Bool in
+                guard let t = event["t"]?.numberValue, let age = event["attrs"]?["age"]?.numberValue else { return false }
+                return event["attrs"]?["layer"]?.stringValue == "disk" && t - age < restartedAt
+            })
+        }
+        #expect(fromEarlierRun, "no cache hit from an entry stored before the restart")
+    }
+
+    @Test("without engine.cacheDir the cache is <stateDir>/cache, and --state-dir moves it")
+    func defaultCacheDirFollowsStateDir() async throws {
+        let dir = (makeTemporaryDirectory("demo-cache") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "state" }, demo: { scenario: "\(packageRoot)/config/demo/backend.json5", rate: 60 } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0, stateDir: dir + "/other"))
+        let stored = await poll(20) { entryFiles(dir + "/other/cache/flows").count >= 1 }
+        stack.stop()
+        #expect(stored)
+        #expect(!FileManager.default.fileExists(atPath: dir + "/state"))
+    }
+
+    @Test("engine.requestTimeout is the demo clients' request limit")
+    func requestTimeout() async throws {
+        let dir = makeTemporaryDirectory("demo-timeout")
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "\(dir)/state" }, engine: { requestTimeout: 0.25 },
+          demo: { scenario: "\(packageRoot)/config/demo/backend.json5", rate: 60 } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        // A request with no loadTimeout (getFlowForDefaultAudience) has requestTimeout as its limit.
+        #expect(try await poll(20) {
+            try events(stack, "request.start").contains(where: { (e: JSONValue) in e["attrs"]?["timeout"]?.numberValue == 0.25 })
+        })
+    }
+
+    @Test("engine.fallbackFile replaces the demo scenario's fallback flows")
+    func fallbackFile() async throws {
+        let dir = (makeTemporaryDirectory("demo-fallback") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        try write("""
+        { "formatVersion": 1, "placements": { "main_paywall": { "placementId": "main_paywall",
+            "audience": { "name": "All Users", "versionId": "fb-1" },
+            "variations": [ { "id": "from-engine-fallback", "weight": 100 } ] } } }
+        """, to: dir + "/fallback.json")
+        // Requests time out at once, so calls end on the fallback file.
+        let config = try config("""
+        { server: { port: 0, stateDir: "state" }, engine: { requestTimeout: 0.001, fallbackFile: "fallback.json" },
+          demo: { scenario: "\(packageRoot)/config/demo/backend.json5", rate: 60 } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        func variations() throws -> [String] {
+            try events(stack, "fetch.end").compactMap { $0["attrs"]?["variation"]?.stringValue }
+        }
+        #expect(try await poll(20) { try variations().contains("from-engine-fallback") })
+        #expect(!(try variations().contains("paywall-fallback")), "the scenario's fallback flow was served")
+    }
+}
