@@ -30,6 +30,8 @@ struct ServeChecks: Sendable {
     let web: StaticFiles
     /// The demo backend to play, nil when demo traffic is off.
     let demo: Scenario?
+    /// The population demo sessions are drawn from (`demo.population`), nil for the scenario demo.
+    let population: Population?
     /// Where the demo's returning users keep their caches (`engine.cacheDir`, else `<stateDir>/cache`),
     /// created by serve; nil when demo traffic is off.
     let cacheDir: String?
@@ -136,8 +138,11 @@ struct ServeChecks: Sendable {
             }
         }
 
-        // The demo backend: the configured scenario file, or the embedded one, parses.
-        if config.demo.enabled && !overrides.noDemo {
+        // The demo backend: the population's, or the configured scenario file, or the embedded one, parses.
+        population = config.demo.enabled && !overrides.noDemo ? config.demo.population : nil
+        if let population {
+            demo = population.demoScenario
+        } else if config.demo.enabled && !overrides.noDemo {
             let text: String, name: String
             if let path = config.demo.scenario {
                 if let problem = Self.fileProblem(path) { throw fail("demo.scenario", path, problem) }

@@ -128,8 +128,13 @@ final class ServeStack: Sendable {
             let engine = DemoTraffic.Engine(requestTimeout: config.engine.requestTimeout, fallback: checked.fallback,
                                             cacheDirectory: cacheDir, cacheMaxBytes: config.engine.cacheMaxBytes)
             do throws(FileStoreError) {
-                demo = try DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"),
-                                       engine: engine)
+                if let population = checked.population {
+                    demo = try DemoTraffic(population: population, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"),
+                                           engine: engine)
+                } else {
+                    demo = try DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"),
+                                           engine: engine)
+                }
             } catch {
                 pipeline.shutdown()
                 throw StartError(description: "\(config.file ?? FlowScopeConfig.embeddedName): $.engine.cacheDir: \(error.description)")

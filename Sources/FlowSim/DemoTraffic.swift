@@ -6,7 +6,7 @@ import Synchronization
 /// in real time, so a dashboard has something to show on first run. Sessions mix networks (good to
 /// lossy), attribution (some users get Apple Ads attribution after a delay), returning users with
 /// cached flows, and the calling patterns of the seeds (getFlow, preload then cache, the attribution
-/// race, layouts).
+/// race, layouts). With a population, sessions are drawn from it instead (``init(population:sessionsPerSecond:events:maxConcurrent:engine:)``).
 public final class DemoTraffic: Sendable {
     /// One network a demo session may be on.
     struct Network: Sendable {
@@ -22,6 +22,8 @@ public final class DemoTraffic: Sendable {
     ]
 
     private let scenario: Scenario
+    /// Where sessions are drawn from; nil: the scenario demo's own mix.
+    private let population: Population?
     private let sessionsPerSecond: Double
     private let events: EngineEventSink
     private let maxConcurrent: Int
@@ -57,9 +59,25 @@ public final class DemoTraffic: Sendable {
     /// second (at most `maxConcurrent` at once), reporting to `events`. `engine` configures the
     /// sessions' clients; with a cache directory, the returning users' caches are opened there
     /// (created if needed; entries already there are found), which throws when it cannot be.
-    public init(scenario: Scenario, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40,
-                engine: Engine = Engine()) throws(FileStoreError) {
+    public convenience init(scenario: Scenario, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40,
+                            engine: Engine = Engine()) throws(FileStoreError) {
+        try self.init(scenario: scenario, population: nil, sessionsPerSecond: sessionsPerSecond, events: events,
+                      maxConcurrent: maxConcurrent, engine: engine)
+    }
+
+    /// Demo traffic whose sessions are drawn from `population` (as the strategy lab draws them: the
+    /// network, attribution, returning share, and the placements each session needs and when) against
+    /// the population's backend (``Population/demoScenario``).
+    public convenience init(population: Population, sessionsPerSecond: Double, events: EngineEventSink, maxConcurrent: Int = 40,
+                            engine: Engine = Engine()) throws(FileStoreError) {
+        try self.init(scenario: population.demoScenario, population: population, sessionsPerSecond: sessionsPerSecond,
+                      events: events, maxConcurrent: maxConcurrent, engine: engine)
+    }
+
+    private init(scenario: Scenario, population: Population?, sessionsPerSecond: Double, events: EngineEventSink,
+                 maxConcurrent: Int, engine: Engine) throws(FileStoreError) {
         self.scenario = scenario
+        self.population = population
         self.sessionsPerSecond = max(sessionsPerSecond, 0.1)
         self.events = events
         self.maxConcurrent = maxConcurrent
@@ -110,6 +128,10 @@ public final class DemoTraffic: Sendable {
 
     /// One app session: launch, maybe attribution, the calls of one of the seeds' patterns.
     func session(index: Int, seed: UInt64) async {
+        if let population {
+            await populationSession(population, index: index, seed: seed)
+            return
+        }
         var rng = SeededIDs(seed: seed)
         func uniform() -> Double { Double(rng.next() >> 11) / Double(1 << 53) }
         let network = pick(Self.networks, uniform())
@@ -168,6 +190,72 @@ public final class DemoTraffic: Sendable {
             }
         } catch {
             // Errors are what the demo shows; they are already in the events.
+        }
+    }
+
+    /// A session drawn from the population: its network (each request's latency log-normal, and its
+    /// hang, reset and 5xx shares), whether it is a returning user's, its attribution and delay, and
+    /// the placements it needs and when; each needed placement is fetched at its time in one of the
+    /// demo's calling patterns.
+    func populationSession(_ population: Population, index: Int, seed: UInt64) async {
+        let plan = SessionPlan(index: index, seed: seed, population: population)
+        var rng = SimulationRandom(seed: plan.networkSeed)
+        let network = plan.network
+        var rules: [NetworkRule] = []
+        for nth in 1...12 {
+            let u = rng.uniform()
+            let latency = network.latency.sample(&rng)
+            if u < network.hang { rules.append(NetworkRule(nth: nth, fail: .hang)) }
+            else if u < network.hang + network.reset { rules.append(NetworkRule(nth: nth, latency: latency, fail: .reset)) }
+            else if u < network.hang + network.reset + network.http5xx { rules.append(NetworkRule(nth: nth, latency: latency, fail: .http(503))) }
+            else { rules.append(NetworkRule(nth: nth, latency: latency)) }
+        }
+        let userID = plan.returning ? "demo-user-\(Int(rng.uniform() * 40))" : "demo-new-\(index)"
+        let attributedAt: Double? = plan.attributionAt.isFinite ? plan.attributionAt : nil
+        let profile = ScenarioProfile(id: userID, attribution: attributedAt.map { ["appleAds": $0] } ?? [:])
+        let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend,
+                                                        network: NetworkRules(latency: network.median, rules: rules),
+                                                        profiles: [profile]))
+        let configuration = FlowEngine.Configuration(requestTimeout: engine.requestTimeout, fallback: fallback)
+        let client = plan.returning
+            ? FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration,
+                         disk: stores.disk(for: userID), layouts: stores.layouts(), events: events)
+            : FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration, events: events)
+        let attribution: Task<Void, Never>? = attributedAt.map { at in
+            Task {
+                try? await Task.sleep(for: .seconds(at))
+                if !Task.isCancelled { client.attributionApplied(source: "appleAds") }
+            }
+        }
+        defer { attribution?.cancel() }
+        let ids = population.placements.map(\.id)
+        let needs = plan.needs.map { (id: ids[$0.placement], at: $0.at) }
+        guard !needs.isEmpty else { return }
+        let launch = ContinuousClock.now
+        let pattern = rng.uniform()
+        let loadTimeout = [3.0, 4, 5][Int(rng.uniform() * 3)]
+        if pattern >= 0.35, pattern < 0.65 {
+            // Preload at launch what this kind of session may need, then read the cache first.
+            try? await client.preloadFlows(placementIds: plan.eligible.map { ids[$0] }, loadTimeout: 4)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for need in needs {
+                group.addTask {
+                    try? await Task.sleep(until: launch + .seconds(need.at), clock: .continuous)
+                    guard !Task.isCancelled else { return }
+                    // Errors are what the demo shows; they are already in the events.
+                    if pattern < 0.35 {
+                        _ = try? await client.getFlow(placementId: need.id, loadTimeout: loadTimeout)
+                    } else if pattern < 0.65 {
+                        _ = try? await client.getFlow(placementId: need.id, fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 3)
+                    } else if pattern < 0.85 {
+                        _ = try? await client.getFlowOrDefault(placementId: need.id, timeout: 2)
+                    } else {
+                        _ = try? await client.getFlow(placementId: need.id, fetchPolicy: .returnCacheDataIfNotExpiredElseLoad(maxAge: 600),
+                                                      loadTimeout: 5)
+                    }
+                }
+            }
         }
     }
 

@@ -136,3 +136,102 @@ struct DemoEngineRealTimeTests {
         #expect(!served.contains("paywall-fallback"), "the scenario's fallback flow was served")
     }
 }
+
+/// `demo.population`: demo sessions drawn from a population, against the population's backend.
+@Suite("serve demo traffic from a population")
+struct DemoPopulationRealTimeTests {
+    func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
+        try write(text, to: dir + "/flowscope.json5")
+        return try FlowScopeConfig.load(path: dir + "/flowscope.json5")
+    }
+
+    /// The live fetch.end events (at most the newest 1000).
+    func fetchEnds(_ stack: ServeStack) async throws -> [JSONValue] { try await liveEvents(stack, "fetch.end") }
+
+    @Test("a demo.population config produces live events for the population's placements, from its Apple Ads audience for attributed users")
+    func livePlacements() async throws {
+        let dir = makeTemporaryDirectory("demo-population")
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "\(dir)/state" },
+          demo: { rate: 60, population: {
+            profiles: { fast: { median: 0.01, p95: 0.03 } }, networks: { fast: 1 },
+            attribution: { share: 1, delay: 0 }, returning: { share: 0 },
+            placements: [ { id: "pop_launch", at: 0 }, { id: "pop_later", at: 0.2, sessions: "new" } ] } } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        func seen() async throws -> Set<String> {
+            Set(try await fetchEnds(stack).compactMap { e -> String? in
+                guard let p = e["placement"]?.stringValue, let a = e["attrs"]?["audience"]?.stringValue else { return nil }
+                return "\(p) \(a)"
+            })
+        }
+        let both = try await until(20) { try await seen().isSuperset(of: ["pop_launch Apple Ads", "pop_later Apple Ads"]) }
+        let placements = try await seen()
+        #expect(both, "\(placements)")
+        // Only the population's placements: none of the embedded demo backend's.
+        #expect(placements.allSatisfy { $0.hasPrefix("pop_") }, "\(placements)")
+    }
+
+    @Test("the population's network shares and fallbackFile: every request a 5xx, so calls end on the fallback flow of each placement")
+    func networkFailuresAndFallback() async throws {
+        let dir = makeTemporaryDirectory("demo-population")
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "\(dir)/state" },
+          demo: { rate: 60, population: {
+            profiles: { broken: { median: 0.01, p95: 0.02, http5xx: 1 } }, networks: { broken: 1 },
+            attribution: { share: 0 }, returning: { share: 0 }, fallbackFile: true,
+            placements: [ { id: "pop_a", at: 0 } ] } } }
+        """, in: dir)
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        #expect(try await until(20) {
+            try await fetchEnds(stack).contains(where: { (e: JSONValue) in
+                e["attrs"]?["variation"]?.stringValue == "pop_a-fallback" && e["attrs"]?["source"]?.stringValue == "fallbackFile"
+            })
+        })
+        let ends = try await fetchEnds(stack)
+        #expect(!ends.contains(where: { (e: JSONValue) in e["attrs"]?["source"]?.stringValue == "network" }),
+                "a request got through a network whose every request fails")
+    }
+
+    @Test("bad demo.population input, or scenario with population, is exit 2 naming the JSON path, from check-config and serve")
+    func badPopulation() async throws {
+        let dir = (makeTemporaryDirectory("demo-population") as NSString).standardizingPath
+        defer { removeDirectory(dir) }
+        let cases: [(config: String, error: String)] = [
+            (#"{ demo: { population: { placements: [ { id: "a", at: -1 } ] } } }"#, "$.demo.population.placements[0].at: "),
+            (#"{ demo: { population: { networks: { moon: 1 } } } }"#, "$.demo.population.networks.moon: unknown network profile"),
+            (#"{ demo: { population: { bogus: 1 } } }"#, "$.demo.population"),
+            (#"{ demo: { population: { attribution: { share: 2 } } } }"#, "$.demo.population.attribution.share: "),
+            (#"{ demo: { scenario: "x.json5", population: {} } }"#,
+             #"$.demo: give "scenario" (a backend scenario file) or "population" (sessions drawn from a population), not both"#),
+        ]
+        let path = dir + "/flowscope.json5"
+        for c in cases {
+            try write(c.config, to: path)
+            for command in [["check-config", path], ["serve", "--config", path, "--port", "0", "--state-dir", dir + "/state"]] {
+                let run = await flowscope(command)
+                #expect(run.status == 2, "\(c.config) \(command[0]): \(run.out)")
+                #expect(run.err.hasPrefix("flowscope \(command[0]): \(path): \(c.error)"), "\(c.config) \(command[0]): \(run.err)")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/state"))
+    }
+
+    @Test("with demo traffic off, a demo.population is checked but no population traffic runs")
+    func populationWithDemoOff() async throws {
+        let dir = makeTemporaryDirectory("demo-population")
+        defer { removeDirectory(dir) }
+        let config = try config("""
+        { server: { port: 0, stateDir: "\(dir)/state" }, demo: { enabled: false, population: { placements: [ { id: "p", at: 0 } ] } } }
+        """, in: dir)
+        let check = await flowscope("check-config", dir + "/flowscope.json5")
+        #expect(check.status == 0, "\(check.err)")
+        let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
+        defer { stack.stop() }
+        #expect(stack.demo == nil)
+    }
+}
