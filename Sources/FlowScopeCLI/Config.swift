@@ -37,11 +37,14 @@ struct FlowScopeConfig: Sendable {
         var enabled = true
         /// A backend scenario file; nil plays the embedded demo backend (config/demo/backend.json5).
         var scenario: String?
+        /// Sessions drawn from a population (the shape of `simulate.population`) instead of a scenario.
+        var population: Population?
         var rate = 2.0
     }
     struct Engine: Sendable {
         var requestTimeout = 30.0
-        var cacheDir = ".flowscope/cache"
+        /// The demo's returning users' caches; nil is `<state directory>/cache`.
+        var cacheDir: String?
         var cacheMaxBytes = 20 * 1024 * 1024
         var fallbackFile: String?
     }
@@ -163,10 +166,11 @@ struct FlowScopeConfig: Sendable {
             let dobj = try d.object()
             try dobj.rejectUnknownKeys(allowed: ["enabled", "scenario", "population", "rate"])
             if let v = dobj.optional("enabled") { config.demo.enabled = try v.bool() }
-            if let v = dobj.optional("scenario") { config.demo.scenario = resolve(try v.nonEmptyString()) }
-            if let v = dobj.optional("population") {
-                throw v.error("demo traffic from a simulate population is not supported yet; give a backend scenario file in demo.scenario")
+            if dobj.optional("scenario") != nil, dobj.optional("population") != nil {
+                throw d.error("give \"scenario\" (a backend scenario file) or \"population\" (sessions drawn from a population), not both")
             }
+            if let v = dobj.optional("scenario") { config.demo.scenario = resolve(try v.nonEmptyString()) }
+            if let v = dobj.optional("population") { config.demo.population = try SimulationConfig.decodePopulation(v) }
             if let v = dobj.optional("rate") { config.demo.rate = try positive(v) }
         }
         if let e = o.optional("engine") {

@@ -30,9 +30,16 @@ struct ServeChecks: Sendable {
     let web: StaticFiles
     /// The demo backend to play, nil when demo traffic is off.
     let demo: Scenario?
+    /// The population demo sessions are drawn from (`demo.population`), nil for the scenario demo.
+    let population: Population?
+    /// Where the demo's returning users keep their caches (`engine.cacheDir`, else `<stateDir>/cache`),
+    /// created by serve; nil when demo traffic is off.
+    let cacheDir: String?
+    /// `engine.fallbackFile`, loaded.
+    let fallback: FallbackFile?
 
     /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario,
-    /// engine fallback file.
+    /// the demo's cache directory, engine fallback file.
     init(config: FlowScopeConfig, overrides: ServeStack.Overrides) throws(ServeStack.StartError) {
         let file = config.file ?? FlowScopeConfig.embeddedName
         func fail(_ key: String, _ path: String, _ problem: String) -> ServeStack.StartError {
@@ -131,8 +138,11 @@ struct ServeChecks: Sendable {
             }
         }
 
-        // The demo backend: the configured scenario file, or the embedded one, parses.
-        if config.demo.enabled && !overrides.noDemo {
+        // The demo backend: the population's, or the configured scenario file, or the embedded one, parses.
+        population = config.demo.enabled && !overrides.noDemo ? config.demo.population : nil
+        if let population {
+            demo = population.demoScenario
+        } else if config.demo.enabled && !overrides.noDemo {
             let text: String, name: String
             if let path = config.demo.scenario {
                 if let problem = Self.fileProblem(path) { throw fail("demo.scenario", path, problem) }
@@ -152,15 +162,26 @@ struct ServeChecks: Sendable {
             demo = nil
         }
 
+        // The demo's cache directory: an existing writable directory, or one that can be created.
+        if demo != nil {
+            let directory = config.engine.cacheDir ?? stateDir + "/cache"
+            if let problem = Self.directoryProblem(directory) { throw fail("engine.cacheDir", directory, problem) }
+            cacheDir = directory
+        } else {
+            cacheDir = nil
+        }
+
         // The engine's fallback file: loaded and checked as a client configured with it would
         // (fetch-rules.md, "The fallback file"), so a missing or broken one is found now.
         if let path = config.engine.fallbackFile {
             if let problem = Self.fileProblem(path) { throw fail("engine.fallbackFile", path, problem) }
             do throws(JSONInputError) {
-                _ = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
+                fallback = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
             } catch {
                 throw ServeStack.StartError(description: "\(file): $.engine.fallbackFile: \(error.description)")
             }
+        } else {
+            fallback = nil
         }
     }
 

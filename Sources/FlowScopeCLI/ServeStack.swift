@@ -122,6 +122,26 @@ final class ServeStack: Sendable {
         let serverConfig = ServerConfig(bind: overrides.bind ?? config.server.bind, port: overrides.port ?? config.server.port,
                                         tls: tls, insecureHTTP: overrides.insecureHTTP, token: token, limits: limits,
                                         log: overrides.log, logClientErrors: overrides.logClientErrors)
+        if let scenario = checked.demo, let cacheDir = checked.cacheDir {
+            // The engine section configures the sessions' clients; the returning users' caches live
+            // under the cache directory, where the next start finds them.
+            let engine = DemoTraffic.Engine(requestTimeout: config.engine.requestTimeout, fallback: checked.fallback,
+                                            cacheDirectory: cacheDir, cacheMaxBytes: config.engine.cacheMaxBytes)
+            do throws(FileStoreError) {
+                if let population = checked.population {
+                    demo = try DemoTraffic(population: population, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"),
+                                           engine: engine)
+                } else {
+                    demo = try DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"),
+                                           engine: engine)
+                }
+            } catch {
+                pipeline.shutdown()
+                throw StartError(description: "\(config.file ?? FlowScopeConfig.embeddedName): $.engine.cacheDir: \(error.description)")
+            }
+        } else {
+            demo = nil
+        }
         do {
             server = try HTTPSServer(config: serverConfig, router: router)
             try server.start()
@@ -130,12 +150,7 @@ final class ServeStack: Sendable {
             throw StartError(description: "cannot start the server on \(serverConfig.bind):\(serverConfig.port): \(error.message)")
         }
 
-        if let scenario = checked.demo {
-            demo = DemoTraffic(scenario: scenario, sessionsPerSecond: config.demo.rate, events: pipeline.sink(run: "live"))
-            demo?.start()
-        } else {
-            demo = nil
-        }
+        demo?.start()
     }
 
     /// A sink `serve` runs: one of the config's enabled entries, or one it adds for the dashboard.

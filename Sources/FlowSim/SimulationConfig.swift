@@ -296,7 +296,9 @@ extension SimulationConfig {
         return config
     }
 
-    static func decodePopulation(_ c: JSONCursor) throws(JSONInputError) -> Population {
+    /// Decodes a population (the shape of `simulate.population`); keys left out take the built-in
+    /// population's values. Errors name the JSON path of `c`.
+    public static func decodePopulation(_ c: JSONCursor) throws(JSONInputError) -> Population {
         let o = try c.object()
         try o.rejectUnknownKeys(allowed: ["networks", "profiles", "attribution", "returning", "placements", "fallbackFile"])
         var p = Population.standard
