@@ -31,7 +31,7 @@ const state = {
   selected: null,
   wfCurrent: null, // the waterfall's tab stop (a trace)
   tailCurrent: null, // the tail's tab stop (a seq)
-  pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'tail')
+  pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'histogram', 'tail')
   paused: false,
   conn: 'connecting',
   loaded: false,
@@ -700,6 +700,21 @@ function render({ force = false } = {}) {
   renderWaterfallNow({ force });
   renderDetail();
 
+  renderHistogramNow(events, { force });
+  updateFilterOptions();
+  // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
+  // top it follows again.
+  const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
+  if (!held) renderTailNow();
+  $('#tail-held').hidden = !held;
+}
+
+/**
+ * Draws the time-to-flow histogram, unless the pointer is on it (then it holds still, as the waterfall
+ * does, so that a bar is not redrawn between the press and the release of a click) and nothing forces it.
+ */
+function renderHistogramNow(events, { force = false } = {}) {
+  if (!force && state.pointerOn.has('histogram') && $('#histogram-chart g.bin')) return;
   const samples = histogramSamples(events);
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
@@ -712,13 +727,6 @@ function render({ force = false } = {}) {
   $('#histogram-note').textContent = !samples.length ? ''
     : queryMode() ? `${fmt.count(h.count)} matching calls · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`
       : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`;
-
-  updateFilterOptions();
-  // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
-  // top it follows again.
-  const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
-  if (!held) renderTailNow();
-  $('#tail-held').hidden = !held;
 }
 
 /** Draws the waterfall, unless the pointer is on it (then it holds still) and nothing forces it. */
@@ -970,7 +978,7 @@ function wire() {
     if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();
   });
   // The panel under the pointer holds still, so the row the user is about to click stays where it is.
-  for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['tail', '.tail-wrap']]) {
+  for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['histogram', '#histogram-chart'], ['tail', '.tail-wrap']]) {
     $(selector).addEventListener('pointerenter', () => { state.pointerOn.add(key); });
     $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
   }

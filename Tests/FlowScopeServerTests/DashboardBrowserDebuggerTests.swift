@@ -78,6 +78,36 @@ struct DashboardBrowserDebuggerTests {
         #expect(traffic.sent > 10, "traffic flowed during the test (\(traffic.sent) calls)")
     }
 
+    @Test("with live traffic flowing, the histogram under the pointer holds still (a bar is not redrawn between press and release), and follows again once the pointer leaves")
+    func histogramHoldsUnderPointer() throws {
+        guard let chromium = Self.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        // A full waterfall above (its most rows), so that the histogram stays where the pointer is.
+        for i in 0..<12 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "warmup_\(i)", t: Double(100 + i), source: "network", duration: 0.3)) }
+        let browser = try Self.openPage(chromium, stack)
+        defer { browser.close() }
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
+        defer { traffic.stop() }
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"), "live traffic reached the page")
+        let point = try browser.evaluate("""
+            (() => { const chart = document.querySelector('#histogram-chart'); chart.scrollIntoView({ block: 'center' });
+              const r = chart.getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()
+            """)
+        try browser.mouse("mouseMoved", x: try #require(point["x"]?.numberValue), y: try #require(point["y"]?.numberValue))
+        // Mark the drawn chart: a redraw replaces it.
+        _ = try browser.evaluate("document.querySelector('#histogram-chart svg').dataset.mark = 'held'")
+        let seqBefore = try browser.evaluate("Number(document.body.dataset.latestSeq)").numberValue ?? 0
+        usleep(2_500_000)
+        let seqAfter = try browser.evaluate("Number(document.body.dataset.latestSeq)").numberValue ?? 0
+        #expect(seqAfter > seqBefore, "events kept arriving (\(seqBefore) -> \(seqAfter))")
+        #expect(try browser.evaluate("document.querySelector('#histogram-chart svg')?.dataset.mark ?? null") == .string("held"),
+                "the histogram under the pointer was not redrawn")
+        try browser.mouse("mouseMoved", x: 2, y: 2)
+        #expect(try browser.waitFor("document.querySelector('#histogram-chart svg')?.dataset.mark !== 'held'"),
+                "once the pointer left, the histogram follows the traffic again")
+    }
+
     @Test("Pause freezes the waterfall, the histogram, the placements and the tail while events keep arriving; Resume shows them")
     func pauseFreezesEveryPanel() throws {
         guard let chromium = Self.chromium() else { return }

@@ -513,7 +513,22 @@ struct DashboardBrowserFilterTests {
             """)
         let lo = try #require(bin["lo"]?.numberValue), hi = try #require(bin["hi"]?.numberValue)
         let count = Int(try #require(bin["count"]?.numberValue))
-        try browser.click(x: try #require(bin["x"]?.numberValue), y: try #require(bin["y"]?.numberValue))
+        // Point at the bar first, as a user does, and click once it is still under the pointer: a panel
+        // above may still grow as the page's first answers arrive and move the chart down.
+        var (x, y) = (try #require(bin["x"]?.numberValue), try #require(bin["y"]?.numberValue))
+        for _ in 0..<10 {
+            try browser.mouse("mouseMoved", x: x, y: y)
+            usleep(300_000)
+            let at = try browser.evaluate("""
+                (() => { const g = [...document.querySelectorAll('#histogram g.bin')].find((b) => Number(b.dataset.lo) === \(lo));
+                  const r = g.querySelector('.bin-hit').getBoundingClientRect();
+                  return { x: r.left + r.width / 2, y: r.top + r.height - 3,
+                    under: Number(document.elementFromPoint(\(x), \(y))?.closest('g.bin')?.dataset.lo ?? -1) }; })()
+                """)
+            if at["under"]?.numberValue == lo { break }
+            (x, y) = (try #require(at["x"]?.numberValue), try #require(at["y"]?.numberValue))
+        }
+        try browser.click(x: x, y: y)
         try browser.mouse("mouseMoved", x: 2, y: 2)
         #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden && document.querySelectorAll('#bin-calls button.bin-call').length === \(count)"))
         let listedTraces = "JSON.stringify([...document.querySelectorAll('#bin-calls button.bin-call')].map((b) => b.dataset.trace).sort())"
