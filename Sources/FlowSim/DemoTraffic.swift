@@ -149,23 +149,8 @@ public final class DemoTraffic: Sendable {
         let returning = uniform() < 0.4
         let userID = returning ? "demo-user-\(Int(uniform() * 40))" : "demo-new-\(index)"
         let attributedAt: Double? = uniform() < 0.3 ? 0.3 + 3.5 * uniform() : nil
-        let profile = ScenarioProfile(id: userID, attribution: attributedAt.map { ["appleAds": $0] } ?? [:])
-        let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend,
-                                                        network: NetworkRules(latency: latency, rules: rules),
-                                                        profiles: [profile]))
-        // Returning users' caches outlive the session (on disk with a cache directory); a new user's
-        // session starts from empty caches that end with it.
-        let configuration = FlowEngine.Configuration(requestTimeout: engine.requestTimeout, fallback: fallback)
-        let client = returning
-            ? FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration,
-                         disk: stores.disk(for: userID), layouts: stores.layouts(), events: events)
-            : FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration, events: events)
-        let attribution: Task<Void, Never>? = attributedAt.map { at in
-            Task {
-                try? await Task.sleep(for: .seconds(at))
-                if !Task.isCancelled { client.attributionApplied(source: "appleAds") }
-            }
-        }
+        let (client, attribution) = start(user: userID, returning: returning, attributedAt: attributedAt,
+                                          network: NetworkRules(latency: latency, rules: rules))
         defer { attribution?.cancel() }
         let placements = scenario.backend.keys.sorted()
         guard !placements.isEmpty else { return }
@@ -212,21 +197,8 @@ public final class DemoTraffic: Sendable {
         }
         let userID = plan.returning ? "demo-user-\(Int(rng.uniform() * 40))" : "demo-new-\(index)"
         let attributedAt: Double? = plan.attributionAt.isFinite ? plan.attributionAt : nil
-        let profile = ScenarioProfile(id: userID, attribution: attributedAt.map { ["appleAds": $0] } ?? [:])
-        let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend,
-                                                        network: NetworkRules(latency: network.median, rules: rules),
-                                                        profiles: [profile]))
-        let configuration = FlowEngine.Configuration(requestTimeout: engine.requestTimeout, fallback: fallback)
-        let client = plan.returning
-            ? FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration,
-                         disk: stores.disk(for: userID), layouts: stores.layouts(), events: events)
-            : FlowClient(profile: Profile(id: userID), backend: backend, configuration: configuration, events: events)
-        let attribution: Task<Void, Never>? = attributedAt.map { at in
-            Task {
-                try? await Task.sleep(for: .seconds(at))
-                if !Task.isCancelled { client.attributionApplied(source: "appleAds") }
-            }
-        }
+        let (client, attribution) = start(user: userID, returning: plan.returning, attributedAt: attributedAt,
+                                          network: NetworkRules(latency: network.median, rules: rules))
         defer { attribution?.cancel() }
         let ids = population.placements.map(\.id)
         let needs = plan.needs.map { (id: ids[$0.placement], at: $0.at) }
@@ -257,6 +229,28 @@ public final class DemoTraffic: Sendable {
                 }
             }
         }
+    }
+
+    /// A session's client against its own sandbox backend (`network`), and the task that applies the
+    /// user's Apple Ads attribution `attributedAt` seconds in (cancel it when the session ends).
+    /// Returning users' caches outlive the session (on disk with a cache directory); a new user's
+    /// session starts from empty caches that end with it.
+    private func start(user: String, returning: Bool, attributedAt: Double?,
+                       network: NetworkRules) -> (FlowClient, Task<Void, Never>?) {
+        let profile = ScenarioProfile(id: user, attribution: attributedAt.map { ["appleAds": $0] } ?? [:])
+        let backend = LiveSandboxBackend(SandboxBackend(placements: scenario.backend, network: network, profiles: [profile]))
+        let configuration = FlowEngine.Configuration(requestTimeout: engine.requestTimeout, fallback: fallback)
+        let client = returning
+            ? FlowClient(profile: Profile(id: user), backend: backend, configuration: configuration,
+                         disk: stores.disk(for: user), layouts: stores.layouts(), events: events)
+            : FlowClient(profile: Profile(id: user), backend: backend, configuration: configuration, events: events)
+        let attribution: Task<Void, Never>? = attributedAt.map { at in
+            Task {
+                try? await Task.sleep(for: .seconds(at))
+                if !Task.isCancelled { client.attributionApplied(source: "appleAds") }
+            }
+        }
+        return (client, attribution)
     }
 
     private func pick(_ options: [(weight: Double, network: Network)], _ u: Double) -> Network {
