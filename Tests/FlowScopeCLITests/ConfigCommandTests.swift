@@ -198,12 +198,13 @@ struct DemoTrafficRealTimeTests {
         let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
         defer { stack.stop() }
         #expect(stack.demo != nil)
-        let connection = { try TestConnection(port: stack.server.port) }
-        #expect(try await poll(20) {
-            let events = try JSON5.parse(try connection().request("GET", "/api/events?name=fetch.end&run=live").text)
+        // Requests from threads of their own (getText): blocking a thread of the cooperative pool,
+        // which the demo sessions run on, could stall them on a 2-core machine.
+        #expect(try await until(20) {
+            let events = try JSON5.parse(try await getText(stack, "/api/events?name=fetch.end&run=live"))
             return (events["events"]?.arrayValue?.count ?? 0) >= 3
         })
-        let metrics = try connection().request("GET", "/metrics").text
+        let metrics = try await getText(stack, "/metrics")
         #expect(samples(metrics, "flowscope_fetches_total").contains { $0.contains("placement=") })
     }
 }

@@ -4,28 +4,9 @@ import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
-/// GET `path` from a stack on a thread of its own: the blocking socket then holds no thread of the
-/// cooperative pool, which the demo traffic needs.
-func getText(_ stack: ServeStack, _ path: String) async throws -> String {
-    let port = stack.server.port
-    return try await withCheckedThrowingContinuation { (done: CheckedContinuation<String, any Error>) in
-        Thread.detachNewThread { done.resume(with: Result { try TestConnection(port: port).request("GET", path).text }) }
-    }
-}
-
 /// The live events named `name` (at most the newest 1000).
 func liveEvents(_ stack: ServeStack, _ name: String) async throws -> [JSONValue] {
     try JSON5.parse(try await getText(stack, "/api/events?name=\(name)&run=live&limit=1000"))["events"]?.arrayValue ?? []
-}
-
-/// Waits until `condition` holds, up to `seconds`, sleeping between checks.
-func until(_ seconds: Double, _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
 }
 
 /// The config's `engine` section as serve's demo sessions use it. Demo traffic runs in real time on

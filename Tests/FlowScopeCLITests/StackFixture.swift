@@ -225,3 +225,22 @@ func runProcess(_ executable: String, _ arguments: [String], input: Data = Data(
 final class DataBox: Sendable {
     let value = Mutex(Data())
 }
+
+/// GET `path` from a stack on a thread of its own: the blocking socket then holds no thread of the
+/// cooperative pool, which the demo traffic needs.
+func getText(_ stack: ServeStack, _ path: String) async throws -> String {
+    let port = stack.server.port
+    return try await withCheckedThrowingContinuation { (done: CheckedContinuation<String, any Error>) in
+        Thread.detachNewThread { done.resume(with: Result { try TestConnection(port: port).request("GET", path).text }) }
+    }
+}
+
+/// Waits until `condition` holds, up to `seconds`, sleeping between checks.
+func until(_ seconds: Double, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+    return try await condition()
+}
