@@ -170,16 +170,21 @@ final class Core: Sendable {
         withEngine { body($0.engine, now) }
     }
 
-    /// Runs `body` under the lock, then cancels the request tasks the engine gave up meanwhile.
-    /// Cancelling a request runs its backend's cancellation (URLSession's, for HTTPBackend), which
-    /// can wait on the backend's own queue: outside the lock, so that a call whose budget ran out
-    /// (a preload giving up thousands of requests) ends and resumes its caller first.
+    /// Runs `body` under the lock, then resumes the callers of the calls that ended meanwhile, then
+    /// cancels the request tasks the engine gave up meanwhile. Both happen outside the lock:
+    /// - resuming a caller takes its task's status lock, which a cancellation of that task holds while
+    ///   its handler waits for this lock (the handler cancels the call): resumed under the lock, the
+    ///   two would wait for each other for ever;
+    /// - cancelling a request runs its backend's cancellation (URLSession's, for HTTPBackend), which
+    ///   can wait on the backend's own queue, so a call whose budget ran out (a preload giving up
+    ///   thousands of requests) ends and resumes its caller first.
     @inline(__always)
     func withEngine<T>(_ body: (inout sending State) -> sending T) -> T {
-        let (result, abandoned) = state.withLock { s -> sending (T, [Task<Void, Never>]) in
+        let (result, ended, abandoned) = state.withLock { s -> sending (T, [Driver.Ended], [Task<Void, Never>]) in
             let result = body(&s)
-            return (result, s.driver.takeAbandoned())
+            return (result, s.driver.takeEnded(), s.driver.takeAbandoned())
         }
+        for end in ended { end.waiter.resume(returning: end.outcome) }
         // Newest first: a backend that queues requests (HTTPBackend's gate) then never admits one
         // of them only to cancel it when an older one leaves.
         for task in abandoned.reversed() { task.cancel() }
@@ -214,12 +219,9 @@ final class Core: Sendable {
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<CallOutcome, Never>) in
                 withEngine { s in
-                    // It may have ended since it started (or been cancelled by the handler).
-                    if let done = s.driver.takeFinished(id) {
-                        continuation.resume(returning: done)
-                    } else {
-                        s.driver.waiters[id] = continuation
-                    }
+                    // It may have ended since it started (or been cancelled by the handler): then it
+                    // is resumed once the lock is released, as every ended call is.
+                    s.driver.wait(for: id, continuation)
                 }
             }
         } onCancel: {
@@ -301,9 +303,33 @@ final class Driver: EngineHost {
 
     func unschedule(_ timer: TimerID) { timers.removeValue(forKey: timer)?() }
 
+    /// A waiting caller and the outcome to resume it with.
+    struct Ended {
+        let waiter: CheckedContinuation<CallOutcome, Never>
+        let outcome: CallOutcome
+    }
+    /// Callers to resume once the lock is released (``Core/withEngine(_:)``).
+    private var ended: [Ended] = []
+
+    func takeEnded() -> [Ended] {
+        guard !ended.isEmpty else { return [] }
+        defer { ended = [] }
+        return ended
+    }
+
+    /// `waiter` waits for `call`'s outcome; a call that has ended already is resumed with it as soon
+    /// as the lock is released.
+    func wait(for call: CallID, _ waiter: CheckedContinuation<CallOutcome, Never>) {
+        if let done = takeFinished(call) {
+            ended.append(Ended(waiter: waiter, outcome: done))
+        } else {
+            waiters[call] = waiter
+        }
+    }
+
     func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
         if !waiters.isEmpty, let waiter = waiters.removeValue(forKey: call) {
-            waiter.resume(returning: outcome)
+            ended.append(Ended(waiter: waiter, outcome: outcome))
         } else {
             if let previous = finishedLast { finishedEarlier[previous.call] = previous.outcome }
             finishedLast = (call, outcome)
