@@ -200,7 +200,7 @@ struct DemoTrafficRealTimeTests {
         #expect(stack.demo != nil)
         // Requests from threads of their own (getText): blocking a thread of the cooperative pool,
         // which the demo sessions run on, could stall them on a 2-core machine.
-        #expect(try await until(20) {
+        #expect(try await poll(20) {
             let events = try JSON5.parse(try await getText(stack, "/api/events?name=fetch.end&run=live"))
             return (events["events"]?.arrayValue?.count ?? 0) >= 3
         })

@@ -54,7 +54,7 @@ struct DemoEngineRealTimeTests {
           demo: { scenario: "\(packageRoot)/config/demo/backend.json5", rate: 60 } }
         """, in: dir), overrides: ServeStack.Overrides(port: 0))
         defer { second.stop() }
-        let fromEarlierRun = try await until(20) {
+        let fromEarlierRun = try await poll(20) {
             try await liveEvents(second, "cache.hit").contains(where: { (event: JSONValue) -> Bool in
                 guard let t = event["t"]?.numberValue, let age = event["attrs"]?["age"]?.numberValue else { return false }
                 return event["attrs"]?["layer"]?.stringValue == "disk" && t - age < restartedAt
@@ -88,7 +88,7 @@ struct DemoEngineRealTimeTests {
         let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
         defer { stack.stop() }
         // A request with no loadTimeout (getFlowForDefaultAudience) has requestTimeout as its limit.
-        #expect(try await until(20) {
+        #expect(try await poll(20) {
             try await liveEvents(stack, "request.start").contains(where: { (e: JSONValue) in e["attrs"]?["timeout"]?.numberValue == 0.25 })
         })
     }
@@ -112,7 +112,7 @@ struct DemoEngineRealTimeTests {
         func variations() async throws -> [String] {
             try await liveEvents(stack, "fetch.end").compactMap { $0["attrs"]?["variation"]?.stringValue }
         }
-        #expect(try await until(20) { try await variations().contains("from-engine-fallback") })
+        #expect(try await poll(20) { try await variations().contains("from-engine-fallback") })
         let served = try await variations()
         #expect(!served.contains("paywall-fallback"), "the scenario's fallback flow was served")
     }
@@ -148,7 +148,7 @@ struct DemoPopulationRealTimeTests {
                 return "\(p) \(a)"
             })
         }
-        let both = try await until(20) { try await seen().isSuperset(of: ["pop_launch Apple Ads", "pop_later Apple Ads"]) }
+        let both = try await poll(20) { try await seen().isSuperset(of: ["pop_launch Apple Ads", "pop_later Apple Ads"]) }
         let placements = try await seen()
         #expect(both, "\(placements)")
         // Only the population's placements: none of the embedded demo backend's.
@@ -168,7 +168,7 @@ struct DemoPopulationRealTimeTests {
         """, in: dir)
         let stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0))
         defer { stack.stop() }
-        #expect(try await until(20) {
+        #expect(try await poll(20) {
             try await fetchEnds(stack).contains(where: { (e: JSONValue) in
                 e["attrs"]?["variation"]?.stringValue == "pop_a-fallback" && e["attrs"]?["source"]?.stringValue == "fallbackFile"
             })

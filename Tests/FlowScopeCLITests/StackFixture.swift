@@ -57,13 +57,13 @@ func eventually(_ seconds: Double = 5, _ condition: () throws -> Bool) rethrows 
 
 /// Waits until `condition` holds, up to `seconds`, sleeping between checks without blocking a thread of
 /// the cooperative pool (demo traffic and other tests run there).
-func poll(_ seconds: Double = 5, every interval: Duration = .milliseconds(20), _ condition: () throws -> Bool) async rethrows -> Bool {
+func poll(_ seconds: Double = 5, every interval: Duration = .milliseconds(20), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
-        if try condition() { return true }
+        if try await condition() { return true }
         try? await Task.sleep(for: interval)
     }
-    return try condition()
+    return try await condition()
 }
 
 /// A `flowscope serve` stack started in-process on 127.0.0.1, port 0, no demo traffic, with a fresh
@@ -233,14 +233,4 @@ func getText(_ stack: ServeStack, _ path: String) async throws -> String {
     return try await withCheckedThrowingContinuation { (done: CheckedContinuation<String, any Error>) in
         Thread.detachNewThread { done.resume(with: Result { try TestConnection(port: port).request("GET", path).text }) }
     }
-}
-
-/// Waits until `condition` holds, up to `seconds`, sleeping between checks.
-func until(_ seconds: Double, _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
 }

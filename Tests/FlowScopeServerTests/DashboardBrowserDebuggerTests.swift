@@ -23,6 +23,18 @@ struct DashboardBrowserDebuggerTests {
     }
 
     /// Opens the dashboard on `path` and waits for the first load and the open stream.
+    /// A page on a stack holding a full waterfall (the sample calls and 12 more), with live traffic
+    /// flowing that has reached the waterfall. Close the browser and stop the traffic when done.
+    static func openLivePage(_ chromium: Chromium) throws -> (DashboardStack, DevToolsBrowser, LiveTraffic) {
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        for i in 0..<12 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "warmup_\(i)", t: Double(100 + i), source: "network", duration: 0.3)) }
+        let browser = try openPage(chromium, stack)
+        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
+        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"), "live traffic reached the waterfall")
+        return (stack, browser, traffic)
+    }
+
     static func openPage(_ chromium: Chromium, _ stack: DashboardStack, path: String = "/") throws -> DevToolsBrowser {
         let browser = try DevToolsBrowser(executable: chromium.path)
         try browser.open("\(stack.baseURL)\(path)")
@@ -34,14 +46,8 @@ struct DashboardBrowserDebuggerTests {
     @Test("with live traffic flowing, the call under the pointer is the call that opens, on its own time scale with its budgets; Escape closes it")
     func clickedCallOpens() throws {
         guard let chromium = Self.chromium() else { return }
-        let stack = try DashboardStack()
-        _ = try stack.ingest(DemoCalls.sample(run: "live"))
-        for i in 0..<12 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "warmup_\(i)", t: Double(100 + i), source: "network", duration: 0.3)) }
-        let browser = try Self.openPage(chromium, stack)
-        defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
-        defer { traffic.stop() }
-        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"), "live traffic reached the waterfall")
+        let (stack, browser, traffic) = try Self.openLivePage(chromium)
+        defer { browser.close(); traffic.stop(); _ = stack }
 
         for attempt in 0..<4 {
             // Point at a row in the middle of the chart, as a user about to click.
@@ -81,15 +87,9 @@ struct DashboardBrowserDebuggerTests {
     @Test("with live traffic flowing, the histogram under the pointer holds still (a bar is not redrawn between press and release), and follows again once the pointer leaves")
     func histogramHoldsUnderPointer() throws {
         guard let chromium = Self.chromium() else { return }
-        let stack = try DashboardStack()
-        _ = try stack.ingest(DemoCalls.sample(run: "live"))
         // A full waterfall above (its most rows), so that the histogram stays where the pointer is.
-        for i in 0..<12 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "warmup_\(i)", t: Double(100 + i), source: "network", duration: 0.3)) }
-        let browser = try Self.openPage(chromium, stack)
-        defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
-        defer { traffic.stop() }
-        #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"), "live traffic reached the page")
+        let (stack, browser, traffic) = try Self.openLivePage(chromium)
+        defer { browser.close(); traffic.stop(); _ = stack }
         let point = try browser.evaluate("""
             (() => { const chart = document.querySelector('#histogram-chart'); chart.scrollIntoView({ block: 'center' });
               const r = chart.getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()
