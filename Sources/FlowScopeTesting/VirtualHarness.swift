@@ -27,7 +27,9 @@ public actor VirtualHarness: FlowLoading {
                               appliedAttributionSources: host.backend.appliedSources(scenario.profile.id, at: .zero))
         let disk = InMemoryDiskStore()
         for seed in scenario.cache { Self.seed(seed, scenario: scenario, profileId: profile.id, disk: disk) }
-        var ids = SeededIDs(seed: 1)
+        // Virtual time is deterministic; trace ids are not: a server folds calls by trace, so two harnesses
+        // (two tests, or one test run twice against the same `flowscope serve`) must not share ids.
+        var ids = SeededIDs(seed: .random(in: .min ... .max))
         engine = FlowEngine(configuration: .init(requestTimeout: scenario.requestTimeout, fallback: Self.fallback(scenario), activatedAt: 0),
                             profile: profile, flowCache: FlowCache(disk: disk), layouts: InMemoryLayoutStore(), host: host,
                             events: events, traceIDs: { TraceID(high: ids.next() | 1, low: ids.next()) })

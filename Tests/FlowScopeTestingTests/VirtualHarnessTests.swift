@@ -53,4 +53,22 @@ struct VirtualHarnessTests {
         #expect(abs(await harness.now - 60.7) < 1e-9)
         expectFlow("main", source: .cache, requests: 0)
     }
+
+    @Test("two harnesses give their calls different trace ids, so a server folding calls by trace keeps two tests' calls (or two runs of one test) apart")
+    func traceIdsDifferBetweenHarnesses() async throws {
+        let scenario = try Scenario.decode(Self.text, file: "inline")
+        let first = Collected(), second = Collected()
+        _ = await loadPaywall(flows: VirtualHarness(scenario: scenario, events: first))
+        _ = await loadPaywall(flows: VirtualHarness(scenario: scenario, events: second))
+        let a = Set(first.events.map(\.trace)), b = Set(second.events.map(\.trace))
+        #expect(a.count == 1 && b.count == 1)
+        #expect(a.isDisjoint(with: b))
+    }
+}
+
+/// Keeps the events a harness emits.
+private struct Collected: EngineEventSink {
+    let kept = Shared<[EngineEvent]>([])
+    func receive(_ event: EngineEvent) { kept.withLock { $0.append(event) } }
+    var events: [EngineEvent] { kept.withLock { $0 } }
 }
