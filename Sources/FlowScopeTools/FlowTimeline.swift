@@ -131,7 +131,12 @@ public struct FlowTimeline: Sendable {
             if let p = c.placement { line += " \(p)" }
             switch c.outcome {
             case "error":
-                line += c.errorCode.map { "  error \($0)" + (FlowError.Code(rawValue: $0).map { " \($0.name)" } ?? "") } ?? "  error"
+                // A preload's end names each failing placement with its code; the call threw networkFailed.
+                let code = c.errorCode ?? (c.end?["failed"] != nil ? FlowError.Code.networkFailed.rawValue : nil)
+                line += code.map { "  error \($0)" + (FlowError.Code(rawValue: $0).map { " \($0.name)" } ?? "") } ?? "  error"
+                if let failed = c.end?["failed"]?.objectValue, !failed.isEmpty {
+                    line += " (" + failed.keys.sorted().map { "\($0) \(failed[$0]?.intValue.map(String.init) ?? "?")" }.joined(separator: ", ") + ")"
+                }
             case "success":
                 if let s = c.source { line += "  \(s.rawValue) \(c.variation ?? "") (\(c.audience ?? ""))" + (c.targetingLost == true ? " targetingLost" : "") }
                 else { line += "  ok" }
@@ -139,7 +144,7 @@ public struct FlowTimeline: Sendable {
             }
             out += line + "  (\(c.requests.count) request\(c.requests.count == 1 ? "" : "s"))\n"
             out += requestsText(c, t0)
-            if showEvents { out += eventsText(c.events, t0) }
+            if showEvents { out += eventsText(c.events, t0, callPlacement: c.placement) }
         }
         return out.isEmpty ? "  (no events)\n" : out
     }
@@ -153,8 +158,12 @@ public struct FlowTimeline: Sendable {
         return out
     }
 
-    private func eventsText(_ events: [EngineEvent], _ t0: Double) -> String {
-        events.map { e in "          \(fmt(e.t - t0)) \(e.name.rawValue)" + attrsText(e, "  ") + "\n" }.joined()
+    /// Each event at its time; its placement too when it is not the call's (a preload's several placements).
+    private func eventsText(_ events: [EngineEvent], _ t0: Double, callPlacement: String? = nil) -> String {
+        events.map { e in
+            "          \(fmt(e.t - t0)) \(e.name.rawValue)" + (e.placement.flatMap { $0 == callPlacement ? nil : " \($0)" } ?? "")
+                + attrsText(e, "  ") + "\n"
+        }.joined()
     }
 
     /// `separator` then `k=v k=v`, keys sorted; empty without attributes.

@@ -39,6 +39,34 @@ struct FlowTimelineTests {
             """, "\(text)")
     }
 
+    @Test("text: a failed preload says networkFailed and each failing placement's code; its events name their placement")
+    func preloadText() {
+        let preload = TraceID(high: 2, low: 1)
+        let events = [
+            Self.event(.preloadStart, 0, preload, ["call": "preloadFlows", "placements": ["main", "promo"]]),
+            Self.event(.requestStart, 0, preload, span: 2, placement: "main", ["kind": "targeted"]),
+            Self.event(.requestStart, 0, preload, span: 3, placement: "promo", ["kind": "targeted"]),
+            Self.event(.requestEnd, 0.2, preload, span: 2, placement: "main", ["kind": "targeted", "outcome": "ok"]),
+            Self.event(.requestEnd, 0.2, preload, span: 3, placement: "promo", ["kind": "targeted", "outcome": "http:404"]),
+            Self.event(.preloadEnd, 0.2, preload, ["call": "preloadFlows", "succeeded": ["main"], "failed": .object(["promo": 2003])]),
+        ]
+        let text = FlowTimeline(events: events).text()
+        #expect(text == """
+              0.000s -> 0.200s  preloadFlows  error 2005 networkFailed (promo 2003)  (2 requests)
+                    0.000s -> 0.200s  targeted main  ok
+                    0.000s -> 0.200s  targeted promo  http:404
+                      0.000s preload.start  call="preloadFlows" placements=["main","promo"]
+                      0.000s request.start main  kind="targeted"
+                      0.000s request.start promo  kind="targeted"
+                      0.200s request.end main  kind="targeted" outcome="ok"
+                      0.200s request.end promo  kind="targeted" outcome="http:404"
+                      0.200s preload.end  call="preloadFlows" failed={"promo":2003} succeeded=["main"]
+
+            """, "\(text)")
+        // A getFlow's events all share its placement: not repeated.
+        #expect(FlowTimeline(events: Self.events).text().contains("          0.000s fetch.start  call=\"getFlow\"\n"))
+    }
+
     @Test("json: only calls are results, numbered among themselves; activity's events and requests have step null")
     func json() {
         let o = FlowTimeline(events: Self.events).json()
