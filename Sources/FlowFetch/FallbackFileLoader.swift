@@ -2,7 +2,7 @@ import FlowJSON
 import Foundation
 
 extension FallbackFile {
-    /// Loads a fallback file (interfaces.md, "Fallback file"):
+    /// Loads a fallback file (docs/fetch-rules.md, "The fallback file"):
     /// `{"formatVersion": 1, "createdAt": <ms>, "placements": {"<id>": <REST audience response, one variation>},
     /// "layouts": {"<layoutId>": <layout>}}`. Any other formatVersion is rejected, and nothing of a bad file
     /// is used. Errors name the file and the JSON path; ``JSONInputError/wrongParam`` turns one into the

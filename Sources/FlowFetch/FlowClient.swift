@@ -80,7 +80,7 @@ public final class FlowClient: Sendable {
     /// The current profile.
     public var profile: Profile { core.profile }
 
-    /// Fetches the flow for a placement (fetch-semantics.md, getFlow).
+    /// Fetches the flow for a placement (docs/fetch-rules.md, getFlow).
     public func getFlow(placementId: String, fetchPolicy: FetchPolicy = .reloadRevalidatingCacheData,
                         loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) -> Flow {
         try await core.flow { engine, now throws(FlowError) in
@@ -88,7 +88,7 @@ public final class FlowClient: Sendable {
         }
     }
 
-    /// Fetches the default audience's flow (fetch-semantics.md, getFlowForDefaultAudience).
+    /// Fetches the default audience's flow (docs/fetch-rules.md, getFlowForDefaultAudience).
     public func getFlowForDefaultAudience(placementId: String,
                                           fetchPolicy: FetchPolicy = .reloadRevalidatingCacheData) async throws(FlowError) -> Flow {
         try await core.flow { engine, now throws(FlowError) in

@@ -8,7 +8,7 @@
 /// }
 /// ```
 public protocol FlowLoading: Sendable {
-    /// getFlow (fetch-semantics.md).
+    /// getFlow (docs/fetch-rules.md).
     func getFlow(placementId: String, fetchPolicy: FetchPolicy, loadTimeout: Double) async throws(FlowError) -> Flow
     /// getFlowForDefaultAudience.
     func getFlowForDefaultAudience(placementId: String, fetchPolicy: FetchPolicy) async throws(FlowError) -> Flow

@@ -1,6 +1,6 @@
 import FlowJSON
 
-/// getFlow and getFlowForDefaultAudience as a pure state machine (fetch-semantics.md).
+/// getFlow and getFlowForDefaultAudience as a pure state machine (docs/fetch-rules.md).
 ///
 /// getFlow: cache read per policy, stage A (targeted request, deadline start + A), stage B (cache
 /// entry, else a default-audience request), stage C (cache entry, fallback file, or the last error).

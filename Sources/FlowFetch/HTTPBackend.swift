@@ -10,7 +10,7 @@ import Glibc
 import Darwin
 #endif
 
-/// The REST backend (interfaces.md, "Backend REST protocol") over HTTP(S) with URLSession.
+/// The REST backend (docs/fetch-rules.md, "The backend protocol") over HTTP(S) with URLSession.
 ///
 /// - targeted: `GET /v1/placements/{id}/audience` with `X-Profile-Id`; default: `.../audience/default`;
 ///   layout: `GET /v1/layouts/{id}?version=N`; profile: `GET /v1/profiles/{id}`; assets: their URL

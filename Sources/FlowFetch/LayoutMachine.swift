@@ -1,6 +1,6 @@
 import FlowJSON
 
-/// getFlowConfiguration as a pure state machine (fetch-semantics.md, "Layers").
+/// getFlowConfiguration as a pure state machine (docs/fetch-rules.md, getFlowConfiguration).
 ///
 /// Lookup order: layout cache (id + version) -> the fallback file's layout -> network with deadline
 /// start + A. Once the layout is known, images the assets resolver maps to bundled files are reported

@@ -1,6 +1,6 @@
 import FlowJSON
 
-/// getFlowOrDefault, the attribution race, as a pure state machine (fetch-semantics.md).
+/// getFlowOrDefault, the attribution race, as a pure state machine (docs/fetch-rules.md).
 ///
 /// A default-audience fetch starts at once in the background. The attribution path (wait for
 /// `appleAds`, then getFlow with T = 5) races a timer of `timeout` seconds. Exactly one result is

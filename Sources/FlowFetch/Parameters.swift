@@ -1,4 +1,4 @@
-/// The timing rules of fetch-semantics.md as pure functions.
+/// The timing rules of docs/fetch-rules.md as pure functions.
 public enum Budget {
     /// loadTimeout when none is given.
     public static let defaultLoadTimeout = 5.0

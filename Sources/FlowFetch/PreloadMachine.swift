@@ -1,6 +1,6 @@
 import FlowJSON
 
-/// preloadFlows and preloadFlowsForDefaultAudience as a pure state machine (fetch-semantics.md).
+/// preloadFlows and preloadFlowsForDefaultAudience as a pure state machine (docs/fetch-rules.md).
 ///
 /// preloadFlows: phase A sends targeted requests for every placement in parallel under one shared
 /// deadline (start + A); when phase A has ended, phase B sends default-audience requests for the

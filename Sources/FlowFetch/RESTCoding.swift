@@ -1,6 +1,6 @@
 import FlowJSON
 
-/// The backend REST protocol's JSON shapes (interfaces.md), both ways.
+/// The backend REST protocol's JSON shapes (docs/fetch-rules.md), both ways.
 public enum RESTCoding {
     /// `{"placementId","audience":{"name","versionId"},"variations":[...],"createdAt"}`.
     public static func audienceJSON(_ p: AudiencePayload, createdAt: Double = 0) -> JSONValue {

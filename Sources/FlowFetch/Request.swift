@@ -65,7 +65,7 @@ public enum RequestFailure: Error, Sendable, Hashable {
         }
     }
 
-    /// The error class of fetch-semantics.md.
+    /// The error class of docs/fetch-rules.md.
     public var errorClass: ErrorClass {
         switch self {
         case .timeout, .cancelled: .timeout
@@ -94,7 +94,7 @@ public enum RequestFailure: Error, Sendable, Hashable {
     private var status404: Bool { if case .http(404) = self { true } else { false } }
 }
 
-/// The error classes of fetch-semantics.md; the first three are eligible for the default-audience fallback.
+/// The error classes of docs/fetch-rules.md; the first three are eligible for the default-audience fallback.
 public enum ErrorClass: String, Sendable, Hashable {
     case timeout, transport, server, client, decoding
     /// Whether a failure of this class falls back to the default audience.

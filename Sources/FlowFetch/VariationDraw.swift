@@ -1,4 +1,4 @@
-/// The deterministic A/B assignment of fetch-semantics.md: the same profile always gets the same
+/// The deterministic A/B assignment of docs/fetch-rules.md: the same profile always gets the same
 /// variation of an audience version.
 public enum VariationDraw {
     /// The bucket 0..<100 of a profile for an audience version: MD5 of `"<versionId>-<profileId>"`,

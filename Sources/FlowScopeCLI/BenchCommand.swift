@@ -19,7 +19,7 @@ let benchCommand = Command(spec: CommandSpec(
     """
 ), run: runBench)
 
-/// `flowscope bench`: runs the suite and prints a table or the JSON of interfaces.md.
+/// `flowscope bench`: runs the suite and prints a table or the JSON of docs/cli.md (bench).
 func runBench(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     let json = args.flag("json")
     let only = args.value("only").map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []

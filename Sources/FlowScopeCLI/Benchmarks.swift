@@ -12,7 +12,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// One benchmark's result, as `flowscope bench --json` prints it (interfaces.md, "Benchmarks").
+/// One benchmark's result, as `flowscope bench --json` prints it (docs/cli.md, bench).
 public struct BenchmarkResult: Sendable, Equatable {
     /// The fixed name, e.g. `engine.getFlow.cacheHit`.
     public var name: String
@@ -53,7 +53,7 @@ public struct BenchmarkResult: Sendable, Equatable {
     }
 }
 
-/// The benchmarks of interfaces.md: each warms up, runs several times and keeps the median; each
+/// The benchmarks of BENCHMARKS.md: each warms up, runs several times and keeps the median; each
 /// baseline is measured in the same run, interleaved with the benchmark's own runs.
 public struct BenchmarkSuite: Sendable {
     /// Measured runs per benchmark (the median is reported).

@@ -53,7 +53,7 @@ public struct StubBackendError: Error, Sendable, Equatable, CustomStringConverti
     public var description: String { message }
 }
 
-/// The backend REST protocol (interfaces.md) as a real HTTP(S) server on libmicrohttpd, for tests and
+/// The backend REST protocol (docs/fetch-rules.md) as a real HTTP(S) server on libmicrohttpd, for tests and
 /// `flowscope stub-backend`. Faults are applied in real time without blocking a thread: latency and
 /// drip suspend the connection and resume it from a timer; hang keeps it suspended; reset closes the
 /// socket with SO_LINGER 0.

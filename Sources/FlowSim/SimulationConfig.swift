@@ -216,7 +216,7 @@ public struct Strategy: Sendable, Hashable {
     }
 
     /// The longest a placement can wait for its flow under this strategy, whatever the network does
-    /// (from fetch-semantics.md): T for getFlow (plus the wait when the delay is later than the need),
+    /// (from docs/fetch-rules.md): T for getFlow (plus the wait when the delay is later than the need),
     /// and for getFlowOrDefault the later of its timer and the default fetch's requestTimeout.
     public func timeToFlowBound(neededAt: Double = 0) -> Double {
         func clamped(_ t: Double) -> Double { Budget.clampLoadTimeout(t) ?? t }
