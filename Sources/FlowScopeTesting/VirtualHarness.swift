@@ -1,3 +1,4 @@
+import Foundation
 import FlowFetch
 import FlowSim
 
@@ -73,9 +74,12 @@ public actor VirtualHarness: FlowLoading {
         try flow(run { e, now throws(FlowError) in try e.getFlowOrDefault(placement: placementId, timeout: timeout, now: now) })
     }
 
-    /// getFlowConfiguration in virtual time.
-    public func getFlowConfiguration(forFlow flow: Flow, loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) -> FlowConfiguration {
-        let outcome = try run { e, now throws(FlowError) in try e.getFlowConfiguration(flow: flow, loadTimeout: loadTimeout, now: now) }
+    /// getFlowConfiguration in virtual time; images `assetsResolver` maps to a file are bundled, never downloaded.
+    public func getFlowConfiguration(forFlow flow: Flow, assetsResolver: @escaping @Sendable (String) -> URL? = { _ in nil },
+                                     loadTimeout: Double = Budget.defaultLoadTimeout) async throws(FlowError) -> FlowConfiguration {
+        let outcome = try run { e, now throws(FlowError) in
+            try e.getFlowConfiguration(flow: flow, isBundled: { assetsResolver($0) != nil }, loadTimeout: loadTimeout, now: now)
+        }
         guard case .configuration(let c) = outcome else { throw FlowError(.decodingFailed, "no layout") }
         return c
     }

@@ -1,3 +1,4 @@
+import Foundation
 import FlowFetch
 import FlowScopeTesting
 import FlowSim
@@ -71,4 +72,41 @@ private struct Collected: EngineEventSink {
     let kept = Shared<[EngineEvent]>([])
     func receive(_ event: EngineEvent) { kept.withLock { $0.append(event) } }
     var events: [EngineEvent] { kept.withLock { $0 } }
+}
+
+/// Layout code written against FlowLoading: a flow, then its layout with the app's bundled media.
+func showPaywall(flows: some FlowLoading, bundled: Set<String>) async throws(FlowError) -> FlowConfiguration {
+    let flow = try await flows.getFlow(placementId: "main", loadTimeout: 5)
+    return try await flows.getFlowConfiguration(forFlow: flow, assetsResolver: { id in
+        bundled.contains(id) ? URL(fileURLWithPath: "/app/\(id).png") : nil
+    }, loadTimeout: 5)
+}
+
+@Suite("Layout code against FlowLoading")
+struct FlowLoadingLayoutTests {
+    static let text = """
+    {
+      "name": "a layout with bundled media",
+      "profile": { "id": "user-42" },
+      "backend": { "placements": { "main": {
+          "audiences": [ { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 100 } ] } ],
+          "layout": { "id": "L1", "version": 3, "images": 4, "customMedia": ["hero", "badge"] } } } },
+      "network": { "latency": 0.1 },
+      "steps": []
+    }
+    """
+
+    @Test("getFlowConfiguration with an assets resolver is part of FlowLoading: the harness runs it, bundled images are not downloaded")
+    func layoutThroughTheProtocol() async throws {
+        let events = Collected()
+        let harness = VirtualHarness(scenario: try Scenario.decode(Self.text, file: "inline"), events: events)
+        let shown = try await showPaywall(flows: harness, bundled: ["hero"])
+        #expect(shown.layout.id == "L1" && shown.layout.version == 3)
+        #expect(shown.source == .network)
+        #expect(events.events.filter { $0.name == .assetBundled }.count == 1, "hero is bundled; badge and the two plain images are not")
+        await harness.identify(profileId: "user-43")
+        let other = try await harness.getFlowForDefaultAudience(placementId: "main")
+        #expect(other.variationId == "all-A")
+        try await harness.preloadFlowsForDefaultAudience(placementIds: ["main"])
+    }
 }
