@@ -362,7 +362,9 @@ final class ServerContext: Sendable {
                 // Answered at once, without reading a body; libmicrohttpd closes the connection after.
                 return queue(oversized, on: connection, method: method)
             }
-            let length = header(connection, "Content-Length").flatMap { Int($0) } ?? 0
+            // libmicrohttpd has checked the field (decimal digits, at most UInt64.max): a length past
+            // Int.max is over any cap, never absent (as Int(_:) alone made it).
+            let length = header(connection, "Content-Length").map { UInt64($0).map { Int(clamping: $0) } ?? Int.max } ?? 0
             let chunked = header(connection, "Transfer-Encoding")?.lowercased().contains("chunked") ?? false
             let waitsForContinue = header(connection, "Expect")?.lowercased() == "100-continue"
             if length > maxBodyBytes {

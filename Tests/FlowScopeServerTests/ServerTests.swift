@@ -92,6 +92,25 @@ struct ServerTests {
         #expect(unauthorizedBody.status == 401)
     }
 
+    @Test("a Content-Length past Int.max (up to UInt64.max) gets 413 at once, not 100 Continue and a read of the body",
+          arguments: ["9223372036854775808", "18446744073709551615"])
+    func contentLengthPastIntMax(length: String) throws {
+        let fixture = try ServerFixture { router in
+            router.post("/api/ingest", requiresToken: true) { _ in .json(["accepted": 0], status: 202) }
+        }
+        let auth = "Authorization: Bearer \(fixture.token.value)\r\n"
+        for expect in ["Expect: 100-continue\r\n", ""] {
+            let c = try fixture.connect()
+            try c.send("POST /api/ingest HTTP/1.1\r\nHost: x\r\n\(auth)\(expect)Content-Length: \(length)\r\n\r\n")
+            // Before: the length did not parse as an Int, counted as 0, and the server sent 100 Continue
+            // (or waited for the body) instead of refusing it.
+            let reply = try c.readResponse()
+            #expect(reply.status == 413, "\(expect)\(reply.status) \(reply.text)")
+            #expect(reply.text.contains(#""status":413"#))
+        }
+        #expect(try fixture.connect().request("GET", "/healthz").status == 200)
+    }
+
     @Test("a chunked body over the cap gets 413 and one at the cap is accepted")
     func chunkedCap() throws {
         let fixture = try ServerFixture(limits: ServerLimits(maxBodyBytes: 64 * 1024, connectionTimeoutSeconds: 10)) { router in

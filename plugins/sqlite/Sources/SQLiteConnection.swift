@@ -126,16 +126,30 @@ final class Statement: @unchecked Sendable {
         sqlite3_clear_bindings(raw)
     }
 
-    func bind(_ index: Int32, _ text: String) { sqlite3_bind_text(raw, index, text, -1, sqliteTransient) }
+    /// Binds all of `text`'s UTF-8 bytes, given by count: with a length of -1 SQLite would stop at
+    /// a NUL, and an ingested run `live\u{0}x` would be stored and looked up as `live`.
+    func bind(_ index: Int32, _ text: String) {
+        var text = text
+        text.withUTF8 { bytes in
+            // An empty buffer may have no address, which SQLite would bind as NULL.
+            guard let base = bytes.baseAddress, !bytes.isEmpty else { sqlite3_bind_text(raw, index, "", 0, sqliteTransient); return }
+            base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                _ = sqlite3_bind_text(raw, index, $0, Int32(bytes.count), sqliteTransient)
+            }
+        }
+    }
     func bind(_ index: Int32, _ text: String?) {
         if let text { bind(index, text) } else { sqlite3_bind_null(raw, index) }
     }
     func bind(_ index: Int32, _ value: Double) { sqlite3_bind_double(raw, index, value) }
     func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(raw, index, value) }
 
+    /// The column's text, all of its bytes (a NUL inside included).
     func text(_ column: Int32) -> String? {
+        // sqlite3_column_bytes after sqlite3_column_text: the length of the text just converted.
         guard let p = sqlite3_column_text(raw, column) else { return nil }
-        return String(cString: p)
+        let count = Int(sqlite3_column_bytes(raw, column))
+        return String(decoding: UnsafeBufferPointer(start: p, count: count), as: UTF8.self)
     }
     func double(_ column: Int32) -> Double { sqlite3_column_double(raw, column) }
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(raw, column) }

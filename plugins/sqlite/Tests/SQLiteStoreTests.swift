@@ -206,6 +206,33 @@ struct SQLiteStoreTests {
         #expect(fresh.lastQueryError == nil)
     }
 
+    @Test("a run or placement with a NUL inside (ingest accepts \\u0000) is stored and looked up whole, not cut at the NUL")
+    func nulInsideText() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = try SQLiteSink(path: dir + "/events.db")
+        let store: any EventStore = sink
+        sink.consume([
+            envelope(1, run: "live", name: .fetchStart),
+            fetchEnd(2, run: "live\u{0}evil", placement: "main\u{0}x", duration: 0.2),
+            envelope(3, run: "", name: .cacheMiss, placement: ""),
+        ])
+        // Before: bound with length -1, the rows were written as run "live" and placement "main", so
+        // run "live" had 2 events and any id starting "live\0" answered with run "live".
+        #expect(Set(ids(store.runsJSON())) == ["live", "live\u{0}evil", ""])
+        #expect(store.runJSON(id: "live")?["run"]?["events"] == 1)
+        #expect(store.runJSON(id: "live\u{0}evil")?["run"]?["events"] == 1)
+        #expect(store.runJSON(id: "live\u{0}other") == nil)
+        #expect(store.events(since: nil, limit: 10, run: "live", placement: nil, name: nil).map(\.seq) == [1])
+        let evil = store.events(since: nil, limit: 10, run: "live\u{0}evil", placement: nil, name: nil)
+        #expect(evil.map(\.seq) == [2])
+        #expect(evil.first?.placement == "main\u{0}x")
+        #expect(store.events(since: nil, limit: 10, run: nil, placement: "main", name: nil).isEmpty)
+        #expect(store.placementsJSON(run: "live\u{0}evil")["placements"]?.arrayValue?.first?["placement"] == "main\u{0}x")
+        // An empty text is bound as text, not NULL (the placement column allows NULL: it must stay "").
+        #expect(store.events(since: nil, limit: 10, run: "", placement: nil, name: nil).first?.placement == "")
+    }
+
     @Test("follow delivers nothing: the archive has no live feed")
     func followIsQuiet() throws {
         let dir = temporaryDirectory()
