@@ -150,7 +150,17 @@ public enum ISO8601 {
         buf[19] = 46; put(f.frac, 20, 6); buf[26] = 90
     }
 
-    /// Parses what `format` writes (fraction optional, 0-9 digits); nil for anything else.
+    /// Days in `month` (1-12) of `year`, in the proleptic Gregorian calendar.
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// Parses what `format` writes (fraction optional, 0-9 digits); nil for anything else, such as a
+    /// day the month does not have (`2026-02-30`). A leap second (`:60`) is the next second's start.
     public static func parse(_ text: String) -> Double? {
         let u = Array(text.utf8)
         guard u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == UInt8(ascii: "-"), u[7] == UInt8(ascii: "-"),
@@ -162,7 +172,7 @@ public enum ISO8601 {
         }
         guard let y = num(0..<4), let m = num(5..<7), let d = num(8..<10), let hh = num(11..<13),
               let mm = num(14..<16), let ss = num(17..<19), (1...12).contains(m), (1...31).contains(d),
-              hh < 24, mm < 60, ss < 61 else { return nil }
+              d <= daysIn(month: m, year: y), hh < 24, mm < 60, ss < 61 else { return nil }
         var frac = 0.0
         if u.count > 20 {
             guard u[19] == UInt8(ascii: "."), u.count - 21 <= 9, u.count - 21 >= 1, let f = num(20..<(u.count - 1)) else { return nil }

@@ -150,7 +150,8 @@ public enum Ingest {
 
     /// Decodes a body into envelopes; nothing is accepted unless everything is valid.
     public static func decode(_ body: [UInt8], maxEvents: Int) -> Result<[Envelope], Failure> {
-        let first = body.first { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 }
+        // A UTF-8 byte order mark may precede either form (JSON5.parse skips it).
+        let first = body.dropFirst(body.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0).first { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 }
         guard let first else { return .failure(Failure(status: 400, message: "empty body: expected a JSON array of envelopes or JSON Lines")) }
         do throws(JSONInputError) {
             if first == UInt8(ascii: "[") {

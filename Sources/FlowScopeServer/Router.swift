@@ -105,6 +105,10 @@ public struct Router: Sendable {
     /// the bearer token does, except on routes that require the token.
     public func respond(to request: Request, token: AuthToken?, policy: AccessPolicy, login: BrowserLogin? = nil) -> Response {
         var request = request
+        request.rawPath = Self.originForm(request.rawPath)
+        guard request.rawPath.hasPrefix("/") else {
+            return .error(400, "request target \(Self.preview(request.rawPath)): expected a path starting with /")
+        }
         guard let segments = Self.decodeSegments(request.rawPath) else {
             return .error(400, "malformed percent-encoding in the path")
         }
@@ -140,7 +144,7 @@ public struct Router: Sendable {
 
     /// Whether a request must carry the token before its body is read (the server rejects early).
     func needsToken(method: String, rawPath: String, policy: AccessPolicy) -> Bool {
-        guard let segments = Self.decodeSegments(rawPath) else { return policy == .tokenEverywhere }
+        guard let segments = Self.decodeSegments(Self.originForm(rawPath)) else { return policy == .tokenEverywhere }
         let resolution = resolve(method: method == "HEAD" ? "GET" : method, segments: segments)
         if case .route(let route, _) = resolution {
             return !route.isPublic && (route.requiresToken || policy == .tokenEverywhere)
@@ -176,6 +180,22 @@ public struct Router: Sendable {
     }
 
     /// The path's segments after the leading `/`, each percent-decoded; nil when malformed.
+    /// The path of an absolute-form target (`http://host/path`, as a proxy sends it; RFC 9112 3.2.2),
+    /// which a server must accept; any other target as it is.
+    static func originForm(_ target: String) -> String {
+        for scheme in ["http://", "https://"] where target.utf8.count > scheme.utf8.count
+            && target.prefix(scheme.count).lowercased() == scheme {
+            let rest = target.dropFirst(scheme.count)
+            return rest.firstIndex(of: "/").map { String(rest[$0...]) } ?? "/"
+        }
+        return target
+    }
+
+    /// At most 40 characters of a request target, for an error message.
+    private static func preview(_ target: String) -> String {
+        target.count > 40 ? String(target.prefix(40)) + "..." : target
+    }
+
     static func decodeSegments(_ rawPath: String) -> [String]? {
         guard rawPath.hasPrefix("/") else { return nil }
         var segments: [String] = []

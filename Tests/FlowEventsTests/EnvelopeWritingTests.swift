@@ -23,6 +23,18 @@ struct EnvelopeWritingTests {
         }
     }
 
+    @Test("a time on a day its month does not have is refused, leap days only in leap years; a leap second is the next second")
+    func impossibleDates() {
+        for text in ["2026-02-30T00:00:00Z", "2026-04-31T00:00:00Z", "2026-02-29T00:00:00Z", "1900-02-29T00:00:00Z",
+                     "2026-06-31T12:00:00.5Z", "2026-09-31T00:00:00Z", "2026-11-31T00:00:00Z", "2026-00-10T00:00:00Z"] {
+            #expect(ISO8601.parse(text) == nil, "\(text)")
+        }
+        #expect(ISO8601.parse("2028-02-29T00:00:00Z") == 1_835_395_200)
+        #expect(ISO8601.parse("2000-02-29T00:00:00Z") == 951_782_400)
+        #expect(ISO8601.parse("2026-12-31T00:00:00Z") != nil && ISO8601.parse("2026-04-30T00:00:00Z") != nil)
+        #expect(ISO8601.parse("2016-12-31T23:59:60Z") == ISO8601.parse("2017-01-01T00:00:00Z"))
+    }
+
     @Test("an envelope written as bytes is the same line as its jsonLine")
     func bytesMatchLine() {
         let trace = TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")!

@@ -259,6 +259,17 @@ struct ReliabilityDecoderTests {
         #expect(failure.status == 400 && failure.message.contains("$.ts"), "\(failure.message)")
     }
 
+    @Test("an ingest body may start with a UTF-8 byte order mark, as a JSON array or as JSON Lines")
+    func ingestAfterByteOrderMark() {
+        let line = #"{"ts":1.8e9,"t":0,"run":"r","trace":"4bf92f3577b34da6a3ce929d0e0e4736","span":"00f067aa0ba902b7","name":"timeout"}"#
+        for body in ["[" + line + "," + line + "]", line + "\n" + line + "\n", " [ ]"] {
+            switch Ingest.decode([0xEF, 0xBB, 0xBF] + Array(body.utf8), maxEvents: 10) {
+            case .success(let envelopes): #expect(envelopes.count == (body == " [ ]" ? 0 : 2), "\(body)")
+            case .failure(let failure): Issue.record("\(body): \(failure.message)")
+            }
+        }
+    }
+
     @Test("a scenario with times like 1e300 is refused in one line naming the JSON path and the range (exit 2), never played",
           arguments: [("{ steps: [ { at: 1e300, call: 'getFlow', placement: 'p' } ] }", "$.steps[0].at"),
                       ("{ steps: [ { at: 0, call: 'getFlow', placement: 'p', loadTimeout: 1e300 }, { at: 0, call: 'getFlowOrDefault', placement: 'p', timeout: 1e300 } ] }",

@@ -23,6 +23,25 @@ struct RouterTests {
         #expect(router.respond(to: request("GET", "/api/runs/%zz"), token: token, policy: .loopbackReadsOpen).status == 400)
     }
 
+    @Test("an absolute-form target (as a proxy sends it) is served as its path; other targets not starting with / are 400 saying so")
+    func absoluteForm() {
+        var router = Router()
+        router.get("/api/runs") { .text("ok " + $0.path) }
+        for target in ["http://localhost/api/runs", "HTTPS://127.0.0.1:8443/api/runs", "http://[::1]:8443/api/runs"] {
+            let response = router.respond(to: request("GET", target), token: token, policy: .loopbackReadsOpen)
+            #expect(response.status == 200 && String(decoding: response.bodyBytes, as: UTF8.self) == "ok /api/runs", "\(target)")
+        }
+        #expect(router.respond(to: request("GET", "http://localhost"), token: token, policy: .loopbackReadsOpen).status == 404)
+        for target in ["*", "healthz", "http://"] {
+            let response = router.respond(to: request("GET", target), token: token, policy: .loopbackReadsOpen)
+            #expect(response.status == 400, "\(target)")
+            #expect(String(decoding: response.bodyBytes, as: UTF8.self).contains("expected a path starting with /"), "\(target)")
+        }
+        // The token check made before the body is read sees the same path.
+        router.post("/api/ingest", requiresToken: true) { _ in .json(["accepted": 0], status: 202) }
+        #expect(router.needsToken(method: "POST", rawPath: "http://localhost/api/ingest", policy: .loopbackReadsOpen))
+    }
+
     @Test("query strings are split and percent-decoded, and malformed ones are refused")
     func query() {
         let items = PercentDecoding.queryItems("since=12&name=fetch%5Fstarted&run=a+b&empty&x=%E2%9C%93")
