@@ -27,9 +27,11 @@ public enum VariationDraw {
     @inline(__always)
     private static func pick(_ payload: AudiencePayload, bucket: (String) -> Int) -> Variation? {
         let variations = payload.variations
+        // Weights come from the backend: stop as soon as the sum passes 100 (no overflow, however
+        // many huge weights a response carries).
         var total = 0
         for i in variations.indices {
-            guard variations[i].weight >= 0 else { return nil }
+            guard variations[i].weight >= 0, variations[i].weight <= 100 - total else { return nil }
             total += variations[i].weight
         }
         guard !variations.isEmpty, total == 100 else { return nil }

@@ -213,6 +213,9 @@ public struct FlowTimeline: Sendable {
 
     private func fmt(_ t: Double) -> String {
         let v = (t * 1000).rounded() / 1000
+        // A trace file's times are any finite numbers: a difference too large for Int (or infinite)
+        // is printed as the number it is rather than trapping in Int(_:).
+        guard v.isFinite, v.magnitude < 1e15 else { return "\(v)s" }
         let whole = Int(v.rounded(.down))
         let frac = Int(((v - Double(whole)) * 1000).rounded())
         let f = String(frac)

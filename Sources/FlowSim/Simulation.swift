@@ -20,6 +20,19 @@ public struct Simulation: Sendable {
 
     public let config: SimulationConfig
 
+    /// How many shards `total` sessions make (the last one may be short). Computed without
+    /// `total + shardSize - 1`, which overflowed (a trap) for a total within 249 of Int.max.
+    static func shardCount(_ total: Int) -> Int {
+        total / shardSize + (total % shardSize == 0 ? 0 : 1)
+    }
+
+    /// The session indices of shard `shard` (below ``shardCount(_:)``) of `total` sessions, without
+    /// overflow for any total up to Int.max.
+    static func sessions(ofShard shard: Int, total: Int) -> Range<Int> {
+        let first = shard * shardSize
+        return first..<(first + min(shardSize, total - first))
+    }
+
     /// A lab for `config`.
     public init(config: SimulationConfig = .standard) { self.config = config }
 
@@ -30,7 +43,7 @@ public struct Simulation: Sendable {
                     progress: (@Sendable (Int, Int) -> Void)? = nil) -> SimulationResult {
         let total = max(sessions ?? config.sessions, 0)
         let seed = seed ?? config.seed
-        let shardCount = (total + Self.shardSize - 1) / Self.shardSize
+        let shardCount = Self.shardCount(total)
         let workers = max(1, min(threads, max(shardCount, 1)))
         let board = ShardBoard(workers: workers)
         let config = self.config
@@ -45,9 +58,9 @@ public struct Simulation: Sendable {
                 let shard = board.next.wrappingAdd(1, ordering: .relaxed).oldValue
                 guard shard < shardCount else { break }
                 let begin = threadCPUSeconds()
-                let first = shard * Self.shardSize
-                let last = min(first + Self.shardSize, total)
-                for index in first..<last {
+                let sessions = Self.sessions(ofShard: shard, total: total)
+                let first = sessions.lowerBound, last = sessions.upperBound
+                for index in sessions {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
                     for k in config.strategies.indices {
                         world.play(plan, config.strategies[k], into: &tallies[k])

@@ -77,4 +77,18 @@ struct FlowTimelineTests {
         #expect(steps == [.number(0), .number(0), .null, .null], "\(steps)")
         #expect((o["requests"]?.arrayValue ?? []).map { $0["step"] } == [.null])
     }
+
+    /// A trace file's `t` is any finite number: `flowscope replay` trapped (Double to Int) printing a
+    /// request whose time was 1e300 or 2^64 seconds after the first call's.
+    @Test("text: times too far apart for an Int are printed as numbers, not a trap", arguments: [1e300, 18446744073709551616.0, -1e300])
+    func hugeTimes(_ far: Double) {
+        let events = [
+            Self.event(.fetchStart, 0, Self.call, placement: "main", ["call": "getFlow"]),
+            Self.event(.requestStart, 0, Self.call, span: 2, placement: "main", ["kind": "targeted"]),
+            Self.event(.requestEnd, far, Self.call, span: 2, placement: "main", ["kind": "targeted", "outcome": "ok"]),
+            Self.event(.fetchEnd, far, Self.call, placement: "main", ["call": "getFlow", "source": "network", "variation": "v-A"]),
+        ]
+        let text = FlowTimeline(events: events).text(events: true)
+        #expect(text.contains("\(far)s"), "\(text)")
+    }
 }

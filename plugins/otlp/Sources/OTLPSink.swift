@@ -112,6 +112,9 @@ public final class OTLPSink: EventSink {
         /// `maxRetries`, `initialBackoff`, `maxBackoff`, `flushTimeout`, `serviceVersion`.
         /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
         /// error naming its JSON path.
+        /// The largest value of a seconds option (`timeout`, `flushInterval`, ...): 10^9 s.
+        public static let maxSeconds: Double = 1_000_000_000
+
         public init(json: [String: JSONValue], path: String = "$") throws(JSONInputError) {
             let object = JSONObjectCursor(path: path, members: json)
             let seconds: [String: WritableKeyPath<Options, Double>] = [
@@ -150,8 +153,11 @@ public final class OTLPSink: EventSink {
             }
             for key in seconds.keys.sorted() {
                 guard let keyPath = seconds[key], let value = object.optional(key) else { continue }
-                guard let n = value.value.numberValue, n.isFinite, n > 0 || (n == 0 && key == "initialBackoff") else {
-                    throw value.expected("a positive number of seconds")
+                // At most 10^9 s, as every other time in a config: URLSession on Linux traps on a request
+                // timeout whose milliseconds do not fit an Int (`timeout: 1e308` crashed serve at the first export).
+                guard let n = value.value.numberValue, n.isFinite, n > 0 || (n == 0 && key == "initialBackoff"),
+                      n <= Self.maxSeconds else {
+                    throw value.expected("a positive number of seconds, at most \(Int(Self.maxSeconds))")
                 }
                 self[keyPath: keyPath] = n
             }

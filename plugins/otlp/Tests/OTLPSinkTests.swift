@@ -475,4 +475,27 @@ struct OTLPSinkTests {
         #expect(path(["file": "x", "endpiont": "y"]) == "$.sinks[3].endpiont")
         #expect(path(["file": "x", "headers": ["X-Api-Key": false]]) == "$.sinks[3].headers[\"X-Api-Key\"]")
     }
+
+    /// `timeout: 1e308` passed check-config and crashed `serve` (a trap in FoundationNetworking, which
+    /// turns a request's timeout into Int milliseconds) at the first export.
+    @Test("every seconds option is at most 10^9, and the error names it", arguments: [
+        "timeout", "flushInterval", "traceTimeout", "initialBackoff", "maxBackoff", "flushTimeout",
+    ])
+    func secondsBound(_ key: String) throws {
+        func options(_ seconds: Double) throws(JSONInputError) -> OTLPSink.Options {
+            var json: [String: JSONValue] = ["endpoint": "http://127.0.0.1:4318/v1/traces"]
+            json[key] = .number(seconds)
+            return try OTLPSink.Options(json: json, path: "$.sinks[2]")
+        }
+        _ = try options(1_000_000_000)
+        for tooLong in [1_000_000_000.5, 1e16, 1e308] {
+            do {
+                _ = try options(tooLong)
+                Issue.record("\(key): \(tooLong) was accepted")
+            } catch {
+                #expect(error.path == "$.sinks[2].\(key)")
+                #expect(error.description.contains("at most 1000000000"), "\(error)")
+            }
+        }
+    }
 }
