@@ -177,7 +177,10 @@ final class Core: Sendable {
     ///   two would wait for each other for ever;
     /// - cancelling a request runs its backend's cancellation (URLSession's, for HTTPBackend), which
     ///   can wait on the backend's own queue, so a call whose budget ran out (a preload giving up
-    ///   thousands of requests) ends and resumes its caller first.
+    ///   thousands of requests) ends and resumes its caller first. The cancellations run on a queue
+    ///   of their own: URLSession's waits for its queue, which a hostile response can hold for
+    ///   seconds (100,000 header lines took 12 s), and run here it held up the timer queue, so every
+    ///   deadline of every client fired that much late.
     @inline(__always)
     func withEngine<T>(_ body: (inout sending State) -> sending T) -> T {
         let (result, ended, abandoned) = state.withLock { s -> sending (T, [Driver.Ended], [Task<Void, Never>]) in
@@ -185,11 +188,16 @@ final class Core: Sendable {
             return (result, s.driver.takeEnded(), s.driver.takeAbandoned())
         }
         for end in ended { end.waiter.resume(returning: end.outcome) }
-        // Newest first: a backend that queues requests (HTTPBackend's gate) then never admits one
-        // of them only to cancel it when an older one leaves.
-        for task in abandoned.reversed() { task.cancel() }
+        if !abandoned.isEmpty {
+            // Newest first: a backend that queues requests (HTTPBackend's gate) then never admits one
+            // of them only to cancel it when an older one leaves.
+            Self.cancellations.async { for task in abandoned.reversed() { task.cancel() } }
+        }
         return result
     }
+
+    /// Where abandoned requests are cancelled, in the order the engine gave them up.
+    private static let cancellations = DispatchQueue(label: "flowscope.engine.cancellations")
 
     func flow(_ start: (FlowEngine, EngineTime) throws(FlowError) -> CallID) async throws(FlowError) -> Flow {
         let outcome = try await outcome(start)
