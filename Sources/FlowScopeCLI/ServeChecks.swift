@@ -127,10 +127,24 @@ struct ServeChecks: Sendable {
         } catch {
             throw ServeStack.StartError(description: error.inFile(file).description)
         }
+        // Each file written by one sink only, and never the config file itself (an events file
+        // appended to the config would leave a config that no longer parses).
+        var writers: [String: String] = [:]
+        if let configFile = config.file { writers[Self.identity(of: configFile)] = "the config file" }
         for (i, sink) in (config.sinks.arrayValue ?? []).enumerated() where sink["enabled"]?.boolValue != false {
-            for (key, path) in Self.writtenFiles(sink, configDirectory: config.directory) {
-                if FileManager.default.fileExists(atPath: path) {
+            for (key, path) in Self.writtenFiles(sink, configDirectory: config.directory, stateDirectory: stateDir) {
+                let identity = Self.identity(of: path)
+                if let other = writers[identity] {
+                    throw fail("sinks[\(i)].\(key)", path, "already written by \(other) (give each sink a file of its own)")
+                }
+                writers[identity] = "$.sinks[\(i)].\(key)"
+                var st = stat()
+                if stat(path, &st) == 0 {
+                    if (st.st_mode & S_IFMT) == S_IFDIR { throw fail("sinks[\(i)].\(key)", path, "is a directory, expected a file") }
                     if access(path, W_OK) != 0 { throw fail("sinks[\(i)].\(key)", path, Self.describe(errno: errno)) }
+                    if sink["type"]?.stringValue == "sqlite", let problem = Self.sqliteFileProblem(path, st) {
+                        throw fail("sinks[\(i)].\(key)", path, problem)
+                    }
                 } else if let problem = Self.directoryProblem(FilePaths.directory(of: path)) {
                     let directory = FlowScopeConfig.absolutePath(FilePaths.directory(of: path))
                     throw fail("sinks[\(i)].\(key)", path, "directory \(directory): \(problem)")
@@ -185,17 +199,43 @@ struct ServeChecks: Sendable {
         }
     }
 
-    /// The files a sink entry names for writing, by option: `path` (any type; the config loader has
-    /// resolved it already) and the `otlp` sink's `file`, resolved against `configDirectory` as its
-    /// factory resolves it.
-    static func writtenFiles(_ sink: JSONValue, configDirectory: String?) -> [(key: String, path: String)] {
+    /// The files a sink entry writes, by option: `path` (any type; the config loader has resolved it
+    /// already; for `jsonl` and `sqlite` its default in `stateDirectory` when absent) and the `otlp`
+    /// sink's `file`, resolved against `configDirectory` as its factory resolves it.
+    static func writtenFiles(_ sink: JSONValue, configDirectory: String?, stateDirectory: String) -> [(key: String, path: String)] {
         var files: [(key: String, path: String)] = []
-        if let path = sink["path"]?.stringValue { files.append(("path", path)) }
+        if let path = sink["path"]?.stringValue {
+            files.append(("path", path))
+        } else if let name = ["jsonl": "events.jsonl", "sqlite": "events.sqlite"][sink["type"]?.stringValue ?? ""] {
+            files.append(("path", stateDirectory + "/" + name))
+        }
         if sink["type"]?.stringValue == "otlp", let file = sink["file"]?.stringValue, !file.isEmpty {
             let resolved = SinkContext(options: ["file": .string(file)], configDirectory: configDirectory)
             files.append(("file", (try? resolved.filePath("file")) ?? file))
         }
         return files
+    }
+
+    /// One name per file: the resolved path of an existing file (links and `..` followed), else the
+    /// absolute path with its existing directory resolved.
+    static func identity(of path: String) -> String {
+        let absolute = FlowScopeConfig.absolutePath(path)
+        if let real = realpath(absolute, nil) { defer { free(real) }; return String(cString: real) }
+        let directory = FilePaths.directory(of: absolute)
+        guard let real = realpath(directory, nil) else { return absolute }
+        defer { free(real) }
+        return String(cString: real) + "/" + (absolute as NSString).lastPathComponent
+    }
+
+    /// Why an existing file cannot be the sqlite sink's database, or nil: it must be a regular file,
+    /// empty or starting with SQLite's header.
+    static func sqliteFileProblem(_ path: String, _ st: stat) -> String? {
+        guard (st.st_mode & S_IFMT) == S_IFREG else { return "not a regular file, expected an SQLite database file" }
+        guard st.st_size > 0 else { return nil }
+        guard let handle = FileHandle(forReadingAtPath: path) else { return "not readable" }
+        defer { try? handle.close() }
+        let header = (try? handle.read(upToCount: 16)) ?? Data()
+        return header == Data("SQLite format 3\u{0}".utf8) ? nil : "not an SQLite database (its first bytes are not SQLite's header)"
     }
 
     /// What keeps `path` from being read as a file, or nil when it can be.
