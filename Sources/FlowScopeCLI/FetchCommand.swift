@@ -1,6 +1,7 @@
 import FlowFetch
 import FlowJSON
 import FlowScopeTools
+import FlowSim
 import FlowTLS
 import Synchronization
 import Foundation
@@ -35,16 +36,24 @@ let fetchCommand = Command(spec: CommandSpec(
     }
     var loadTimeout = Budget.defaultLoadTimeout
     if let t = args.value("load-timeout") {
-        guard let v = Double(t), v.isFinite, v >= 0 else { return usage("--load-timeout \(t): expected a number of seconds >= 0") }
+        guard let v = SecondsLimit.decimal(t), v >= 0, v <= SecondsLimit.maxSeconds else {
+            return usage("--load-timeout \(t): expected a number of seconds from 0 to \(SecondsLimit.maxText)")
+        }
         loadTimeout = v
     }
     let profileId = args.value("profile") ?? "flowscope-cli"
     guard !profileId.isEmpty else { return usage("--profile: expected a non-empty profile id") }
+    // It travels in a header field: a control character would be dropped or cut there, silently.
+    guard !profileId.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+        return usage("--profile: expected a profile id without control characters (it is sent in the X-Profile-Id header)")
+    }
 
     var disk: FlowDiskStore = InMemoryDiskStore()
     var layouts: LayoutStore = InMemoryLayoutStore()
     var assets: AssetDiskCache?
     if let dir = args.value("cache-dir") {
+        // An empty value would put the caches at /flows, /layouts and /assets.
+        guard !dir.isEmpty else { return usage("--cache-dir: expected a directory, got an empty value") }
         do throws(FileStoreError) {
             disk = try FileFlowStore(directory: dir + "/flows")
             layouts = try FileLayoutStore(directory: dir + "/layouts")
@@ -128,10 +137,10 @@ enum FetchPolicyArgument {
         case "reloadRevalidatingCacheData": return .success(.reloadRevalidatingCacheData)
         case "returnCacheDataElseLoad": return .success(.returnCacheDataElseLoad)
         default:
-            if text.hasPrefix("maxAge:"), let v = Double(text.dropFirst(7)), v.isFinite, v >= 0 {
+            if text.hasPrefix("maxAge:"), let v = SecondsLimit.decimal(text.dropFirst(7)), v >= 0, v <= SecondsLimit.maxSeconds {
                 return .success(.returnCacheDataIfNotExpiredElseLoad(maxAge: v))
             }
-            return .failure(UsageError("--policy \(text): expected reloadRevalidatingCacheData, returnCacheDataElseLoad or maxAge:SECONDS"))
+            return .failure(UsageError("--policy \(text): expected reloadRevalidatingCacheData, returnCacheDataElseLoad or maxAge:SECONDS (0 to \(SecondsLimit.maxText))"))
         }
     }
 }

@@ -75,7 +75,7 @@ func runSimulate(_ args: ParsedArguments, _ io: Output) async -> Int32 {
     }
     var maxP95 = 3.0
     if let text = args.value("max-p95") {
-        guard let v = Double(text), v.isFinite, v > 0 else { return usage("--max-p95 expects a number of seconds > 0, got \(text)") }
+        guard let v = SecondsLimit.decimal(text), v > 0 else { return usage("--max-p95 expects a number of seconds > 0, got \(text)") }
         // Only a run with a recommendation reads the bound: anywhere else the flag would do nothing.
         guard args.value("from") != nil || sweep != nil else {
             return usage("--max-p95 bounds the recommendation of --from or --sweep, and neither is given")

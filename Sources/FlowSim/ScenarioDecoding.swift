@@ -188,7 +188,7 @@ extension Scenario {
             case "malformed": rule.fail = .malformed
             case "drip": rule.fail = .drip
             default:
-                guard s.hasPrefix("http:"), let code = Int(s.dropFirst(5)), (100...599).contains(code) else {
+                guard s.hasPrefix("http:"), s.utf8.count == 8, let code = Int(s.dropFirst(5)), (100...599).contains(code) else {
                     throw f.expected("\"hang\", \"reset\", \"drip\", \"malformed\" or \"http:NNN\"")
                 }
                 rule.fail = .http(code)

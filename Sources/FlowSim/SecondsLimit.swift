@@ -9,7 +9,31 @@ public enum SecondsLimit {
     public static let maxSeconds: Double = 1_000_000_000
 
     /// ``maxSeconds`` as the errors and docs write it.
-    static let maxText = "1000000000"
+    public static let maxText = "1000000000"
+
+    /// A number written in decimal, as a command-line value or part of a config string
+    /// (`maxAge:30`): digits with an optional sign, fraction and exponent (`2`, `0.5`, `-1`, `1e3`).
+    /// nil for anything else, such as the hexadecimal (`0x10`), `inf` and `nan` that `Double(_:)`
+    /// also reads.
+    public static func decimal(_ text: some StringProtocol) -> Double? {
+        var bytes = Array(text.utf8)[...]
+        if bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
+        func digits() -> Int {
+            let n = bytes.prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }.count
+            bytes = bytes.dropFirst(n)
+            return n
+        }
+        var count = digits()
+        if bytes.first == UInt8(ascii: ".") { bytes = bytes.dropFirst(); count += digits() }
+        guard count > 0 else { return nil }
+        if bytes.first == UInt8(ascii: "e") || bytes.first == UInt8(ascii: "E") {
+            bytes = bytes.dropFirst()
+            if bytes.first == UInt8(ascii: "+") || bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
+            guard digits() > 0 else { return nil }
+        }
+        guard bytes.isEmpty, let v = Double(String(text)), v.isFinite else { return nil }
+        return v
+    }
 }
 
 extension JSONCursor {

@@ -443,7 +443,7 @@ extension SimulationConfig {
             case "reloadRevalidatingCacheData": return .reloadRevalidatingCacheData
             case "returnCacheDataElseLoad": return .returnCacheDataElseLoad
             default:
-                if s.hasPrefix("maxAge:"), let v = Double(s.dropFirst("maxAge:".count)), v.isFinite, v >= 0 {
+                if s.hasPrefix("maxAge:"), let v = SecondsLimit.decimal(s.dropFirst("maxAge:".count)), v >= 0 {
                     guard v <= SecondsLimit.maxSeconds else {
                         throw c.expected("\"maxAge:SECONDS\" with a number of seconds from 0 to \(SecondsLimit.maxText)")
                     }

@@ -27,7 +27,8 @@ public struct SweepParameter: Sendable, Hashable {
             return .failure(SweepParseError("unknown parameter \(quoted(name)) (expected one of \(names.joined(separator: ", ")))"))
         }
         let range = parts[1].split(separator: ":", omittingEmptySubsequences: false)
-        guard range.count == 3, let from = Double(range[0]), let to = Double(range[1]), let step = Double(range[2]),
+        guard range.count == 3, let from = SecondsLimit.decimal(range[0]), let to = SecondsLimit.decimal(range[1]),
+              let step = SecondsLimit.decimal(range[2]),
               from.isFinite, to.isFinite, step.isFinite else {
             return .failure(SweepParseError("expected \(expected) (three numbers after \(name)=), got \(quoted(text))"))
         }

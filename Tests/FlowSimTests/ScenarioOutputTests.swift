@@ -180,6 +180,19 @@ struct InvalidScenarioTests {
     @Test("a bad fail string lists the failures")
     func badFail() {
         check("fail: \"hang\"", "fail: \"explode\"", path: "$.network.rules[0].fail", mentions: "http:NNN")
+        for odd in ["http:0200", "http:+200", "http:200 "] {
+            check("fail: \"hang\"", "fail: \"\(odd)\"", path: "$.network.rules[0].fail", mentions: "http:NNN")
+        }
+    }
+
+    @Test("seconds given as text are decimal only: no hexadecimal, inf or nan as Double(_:) reads them")
+    func decimalSeconds() {
+        for (text, value) in [("2", 2.0), ("0.5", 0.5), (".5", 0.5), ("5.", 5), ("-1", -1), ("1e3", 1000), ("2.5E-1", 0.25)] {
+            #expect(SecondsLimit.decimal(text) == value, "\(text)")
+        }
+        for text in ["", "-", ".", "0x10", "0X1p3", "inf", "nan", "infinity", "+1", "1e", "1e+", " 1", "1 ", "1e400", "١"] {
+            #expect(SecondsLimit.decimal(text) == nil, "\(text)")
+        }
     }
 
     @Test("nth 0 is rejected: nth is 1-based")

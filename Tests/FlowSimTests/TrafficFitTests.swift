@@ -160,6 +160,8 @@ struct SyntheticTrace {
         ("loadTimeout", "NAME=FROM:TO:STEP"),
         ("speed=1:2:1", "unknown parameter \"speed\""),
         ("loadTimeout=1:x:1", "three numbers"),
+        ("loadTimeout=0x1:0x10:0x1", "three numbers"),
+        ("loadTimeout=1:inf:1", "three numbers"),
         ("loadTimeout=5:1:1", "must be >= FROM"),
         ("loadTimeout=1:5:0", "STEP must be > 0"),
         ("loadTimeout=-1:5:1", "loadTimeout: FROM must be a number of seconds from 0 to 1000000000, got -1"),
