@@ -89,7 +89,7 @@ struct DocumentGenerator {
             out += "]"
         case .object(let members):
             out += "{"
-            for (i, (key, member)) in members.enumerated() {
+            for (i, (key, member)) in members.sorted(by: { $0.key < $1.key }).enumerated() {
                 if i > 0 { out += "," }
                 space(&out)
                 let isIdentifier = key.first.map { $0.isLetter || $0 == "_" || $0 == "$" } == true
@@ -114,8 +114,10 @@ struct DocumentGenerator {
         }
         var text = "\(n)"
         if text.hasSuffix(".0") && Bool.random(using: &rng) { text.removeLast() }  // "5."
-        if Bool.random(using: &rng) {
-            if text.hasPrefix("0.") { text.removeFirst() } else if text.hasPrefix("-0.") { text.remove(at: text.index(after: text.startIndex)) }
+        if Bool.random(using: &rng) {  // ".5" for "0.5", but "0." stays: "." alone is no number
+            var shorter = text
+            if shorter.hasPrefix("0.") { shorter.removeFirst() } else if shorter.hasPrefix("-0.") { shorter.remove(at: shorter.index(after: shorter.startIndex)) }
+            if shorter.contains(where: \.isNumber) { text = shorter }
         }
         if !text.hasPrefix("-") && Bool.random(using: &rng) { text = "+" + text }
         out += text
