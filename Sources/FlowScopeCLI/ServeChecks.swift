@@ -219,12 +219,15 @@ struct ServeChecks: Sendable {
     /// One name per file: the resolved path of an existing file (links and `..` followed), else the
     /// absolute path with its existing directory resolved.
     static func identity(of path: String) -> String {
+        func resolved(_ path: String) -> String? {
+            guard let real = realpath(path, nil) else { return nil }
+            defer { free(real) }
+            return String(cString: real)
+        }
         let absolute = FlowScopeConfig.absolutePath(path)
-        if let real = realpath(absolute, nil) { defer { free(real) }; return String(cString: real) }
+        if let file = resolved(absolute) { return file }
         let directory = FilePaths.directory(of: absolute)
-        guard let real = realpath(directory, nil) else { return absolute }
-        defer { free(real) }
-        return String(cString: real) + "/" + (absolute as NSString).lastPathComponent
+        return resolved(directory).map { $0 + "/" + absolute.dropFirst(directory.count).drop { $0 == "/" } } ?? absolute
     }
 
     /// Why an existing file cannot be the sqlite sink's database, or nil: it must be a regular file,

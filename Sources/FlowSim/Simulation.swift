@@ -59,7 +59,6 @@ public struct Simulation: Sendable {
                 guard shard < shardCount else { break }
                 let begin = threadCPUSeconds()
                 let sessions = Self.sessions(ofShard: shard, total: total)
-                let first = sessions.lowerBound, last = sessions.upperBound
                 for index in sessions {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
                     for k in config.strategies.indices {
@@ -67,7 +66,7 @@ public struct Simulation: Sendable {
                     }
                 }
                 busy += threadCPUSeconds() - begin
-                let done = board.done.wrappingAdd(last - first, ordering: .relaxed).newValue
+                let done = board.done.wrappingAdd(sessions.count, ordering: .relaxed).newValue
                 progress?(done, total)
             }
             board.results.withLock { $0[worker] = WorkerResult(tallies: tallies, busySeconds: busy) }
