@@ -83,7 +83,7 @@ public final class HTTPSServer: Sendable {
         }
     }
 
-    /// Stops serving: refuses new connections, ends every event stream (resuming suspended
+    /// Stops serving: answers every new request 503, ends every event stream (resuming suspended
     /// connections, as libmicrohttpd requires), waits briefly for them to finish, then stops the daemon.
     public func stop() {
         let previous = listener.withLock { state -> ListenState in
@@ -95,17 +95,18 @@ public final class HTTPSServer: Sendable {
         case .bound(let fd): close(fd)
         case .stopped: return
         case .running(let handle, let ownFD):
+            // From here every request is answered 503. No MHD_quiesce_daemon: with epoll worker
+            // threads (0.9.75) it races a worker removing the listen socket from its epoll set, and
+            // whichever loses aborts the process ("Failed to remove listen FD from epoll set").
             context.stopping.store(true, ordering: .releasing)
-            // The listen socket must stay open until MHD_stop_daemon has returned: worker threads may
-            // still remove it from their epoll sets, and MHD aborts the process if that fails.
-            let listenFD = MHD_quiesce_daemon(handle.daemon)
             context.closeStreams()
             let clock = ContinuousClock()
             let deadline = clock.now + .seconds(2)
             while context.streamCount > 0 && clock.now < deadline { usleep(2_000) }
+            // MHD_stop_daemon closes its duplicate of the listen socket; ours stays open until then,
+            // so the number cannot name another file while a worker still uses it.
             handle.stop()
             context.handshake?.stop()
-            if listenFD >= 0 { close(listenFD) }
             close(ownFD)
         }
     }
