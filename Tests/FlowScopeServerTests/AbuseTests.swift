@@ -142,10 +142,8 @@ final class StalledClient: @unchecked Sendable {
         let connected = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else {
-            close(fd)
-            throw ClientError("connect failed: errno \(errno)")
-        }
+        // deinit closes fd (every property is set): closing it here too would close another file.
+        guard connected == 0 else { throw ClientError("connect failed: errno \(errno)") }
         switch kind {
         case .silent:
             break

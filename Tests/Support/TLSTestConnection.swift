@@ -55,10 +55,9 @@ public final class TestConnection: @unchecked Sendable {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
         }
-        guard connected == 0 else {
-            close(fd)
-            throw ClientError("connect to \(host):\(port) failed: errno \(errno)")
-        }
+        // No close(fd) before throwing: every property is set, so deinit runs and closes it. A second
+        // close would close whatever file took the number meanwhile (libmicrohttpd's eventfd, once).
+        guard connected == 0 else { throw ClientError("connect to \(host):\(port) failed: errno \(errno)") }
         guard tls else { return }
         ctx = SSL_CTX_new(TLS_client_method())
         guard let ctx else { throw ClientError("SSL_CTX_new failed") }
