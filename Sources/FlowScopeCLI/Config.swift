@@ -112,7 +112,7 @@ struct FlowScopeConfig: Sendable {
             try so.rejectUnknownKeys(allowed: ["bind", "port", "stateDir", "tls", "auth", "limits", "webRoot", "shutdownTimeout"])
             if let v = so.optional("bind") {
                 let bind = try v.nonEmptyString()
-                guard ServerConfig.isValidBind(bind) else { throw v.expected("an IPv4 or IPv6 address or localhost") }
+                if let problem = ServerConfig.bindProblem(bind) { throw v.error(problem) }
                 config.server.bind = bind
             }
             if let v = so.optional("port") { config.server.port = try int(v, 0...65535) }

@@ -31,8 +31,8 @@ let serveCommand = Command(spec: CommandSpec(
     // Flags first: a bad flag is reported before anything in the config.
     var overrides = ServeStack.Overrides()
     if let b = args.value("bind") {
-        guard ServerConfig.isValidBind(b) else {
-            io.err("flowscope serve: --bind expects an IPv4 or IPv6 address or localhost, got \"\(b)\"\n")
+        if let problem = ServerConfig.bindProblem(b) {
+            io.err("flowscope serve: --bind: \(problem)\n")
             return ExitStatus.usage
         }
         overrides.bind = b

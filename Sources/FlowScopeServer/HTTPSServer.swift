@@ -139,10 +139,22 @@ public final class HTTPSServer: Sendable {
 extension ServerConfig {
     /// Whether `bind` is an address the server can listen on: an IPv4 or IPv6 address, or `localhost`
     /// (127.0.0.1). Checked before anything is created, with the same rule the start uses.
-    public static func isValidBind(_ bind: String) -> Bool {
+    public static func isValidBind(_ bind: String) -> Bool { bindProblem(bind) == nil }
+
+    /// Why the server cannot listen on `bind` (nil when it can), e.g. `expected an IPv4 or IPv6
+    /// address or localhost, got "x"`. An IPv4-mapped address (`::ffff:127.0.0.1`) is refused with
+    /// its IPv4 spelling: the server's IPv6 sockets are IPv6-only, so the kernel would refuse it.
+    public static func bindProblem(_ bind: String) -> String? {
         let host = bind == "localhost" ? "127.0.0.1" : bind
         var v4 = in_addr(), v6 = in6_addr()
-        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+        if inet_pton(AF_INET, host, &v4) == 1 { return nil }
+        guard inet_pton(AF_INET6, host, &v6) == 1 else {
+            return "expected an IPv4 or IPv6 address or localhost, got \"\(bind)\""
+        }
+        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+        guard bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF else { return nil }
+        let ipv4 = bytes[12...].map(String.init).joined(separator: ".")
+        return "\"\(bind)\" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write \(ipv4)"
     }
 }
 
@@ -164,6 +176,7 @@ enum ListeningSocket {
         } else {
             throw ServerStartError("server.bind: expected an IPv4 or IPv6 address or localhost, got \"\(bind)\"")
         }
+        if let problem = ServerConfig.bindProblem(bind) { throw ServerStartError("server.bind: \(problem)") }
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ServerStartError("cannot create a socket: \(StateDirectory.describe(errno: errno))") }
         var one: Int32 = 1

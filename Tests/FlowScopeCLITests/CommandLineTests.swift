@@ -107,7 +107,10 @@ struct CommandLineTests {
         let stateDir = makeTemporaryDirectory("bind") + "/state"
         let badBind = await flowscope("serve", "--bind", "999.1.1.1", "--state-dir", stateDir, "--config", "/nonexistent.json5")
         #expect(badBind.status == 2)
-        #expect(badBind.err == "flowscope serve: --bind expects an IPv4 or IPv6 address or localhost, got \"999.1.1.1\"\n")
+        #expect(badBind.err == "flowscope serve: --bind: expected an IPv4 or IPv6 address or localhost, got \"999.1.1.1\"\n")
+        let mapped = await flowscope("serve", "--bind", "::FFFF:10.1.2.3", "--state-dir", stateDir, "--config", "/nonexistent.json5")
+        #expect(mapped.status == 2)
+        #expect(mapped.err == "flowscope serve: --bind: \"::FFFF:10.1.2.3\" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write 10.1.2.3\n")
         #expect(!FileManager.default.fileExists(atPath: stateDir))
         let twoFiles = await flowscope("check-config", "a.json5", "b.json5")
         #expect(twoFiles.status == 2)

@@ -36,6 +36,7 @@ struct ConfigCommandTests {
         (#"{ server: { shutdownTimeout: 0 } }"#, #"$.server.shutdownTimeout: expected a number > 0"#),
         (#"{ server: { bind: "999.1.1.1" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
         (#"{ server: { bind: "example.com" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
+        (#"{ server: { bind: "::ffff:127.0.0.1" } }"#, #"$.server.bind: "::ffff:127.0.0.1" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write 127.0.0.1"#),
     ]
 
     @Test("bad configs exit 2 with one line naming the file and the JSON path, from check-config and from serve alike")

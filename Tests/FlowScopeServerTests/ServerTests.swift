@@ -413,6 +413,10 @@ struct ServerTests {
             try HTTPSServer(config: ServerConfig(bind: "example.com", port: 0, tls: fixture.tls), router: Router())
         }
         #expect(bad?.message.contains("server.bind") == true)
+        let mapped = #expect(throws: ServerStartError.self) {
+            try HTTPSServer(config: ServerConfig(bind: "::ffff:127.0.0.1", port: 0, tls: fixture.tls), router: Router())
+        }
+        #expect(mapped?.message.hasSuffix("write 127.0.0.1") == true, "\(String(describing: mapped))")
         let priorities = #expect(throws: ServerStartError.self) {
             let server = try HTTPSServer(config: ServerConfig(port: 0, tls: fixture.tls, tlsPriorities: "NOT-A-PRIORITY"), router: Router())
             try server.start()
