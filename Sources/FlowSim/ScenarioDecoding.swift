@@ -191,6 +191,11 @@ extension Scenario {
                 guard s.hasPrefix("http:"), s.utf8.count == 8, let code = Int(s.dropFirst(5)), (100...599).contains(code) else {
                     throw f.expected("\"hang\", \"reset\", \"drip\", \"malformed\" or \"http:NNN\"")
                 }
+                // A real server cannot end an answer with 1xx: the stub backend's client would wait
+                // for the final status until its deadline, while a virtual run saw a server error.
+                guard code >= 200 else {
+                    throw f.error("\(s) is an interim status that never ends an answer: expected http:200 to http:599")
+                }
                 rule.fail = .http(code)
             }
         }

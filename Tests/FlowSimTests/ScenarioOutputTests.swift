@@ -183,6 +183,9 @@ struct InvalidScenarioTests {
         for odd in ["http:0200", "http:+200", "http:200 "] {
             check("fail: \"hang\"", "fail: \"\(odd)\"", path: "$.network.rules[0].fail", mentions: "http:NNN")
         }
+        for interim in ["http:100", "http:101", "http:199"] {
+            check("fail: \"hang\"", "fail: \"\(interim)\"", path: "$.network.rules[0].fail", mentions: "expected http:200 to http:599")
+        }
     }
 
     @Test("seconds given as text are decimal only: no hexadecimal, inf or nan as Double(_:) reads them")
