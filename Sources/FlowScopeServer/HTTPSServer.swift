@@ -103,8 +103,7 @@ public final class HTTPSServer: Sendable {
             let clock = ContinuousClock()
             let deadline = clock.now + .seconds(2)
             while context.streamCount > 0 && clock.now < deadline { usleep(2_000) }
-            // MHD_stop_daemon closes its duplicate of the listen socket; ours stays open until then,
-            // so the number cannot name another file while a worker still uses it.
+            // MHD_stop_daemon closes its duplicate of the listen socket; ours is closed after it.
             handle.stop()
             context.handshake?.stop()
             close(ownFD)
