@@ -9,7 +9,7 @@ import Glibc
 
 /// How every long-running command (`serve`, `replay --serve`, `stub-backend`) stops.
 ///
-/// The first SIGINT or SIGTERM starts a graceful stop: the command stops serving (503 to late requests), drains and
+/// The first SIGINT or SIGTERM starts a graceful stop: the command stops serving, drains and
 /// flushes, and exits 0, within a bound (`server.shutdownTimeout`), saying on stderr what it waits
 /// for once that takes over a second. A second signal exits at once with status 130. Either way out
 /// that skips the stop (the second signal, the timeout) first ends the exec sinks' programs
