@@ -160,6 +160,7 @@ extension ServerConfig {
 /// The listening socket, opened by us so that port 0 can be read back and IPv6 works alike.
 enum ListeningSocket {
     static func open(bind: String, port: Int) throws(ServerStartError) -> (fd: Int32, port: Int) {
+        if let problem = ServerConfig.bindProblem(bind) { throw ServerStartError("server.bind: \(problem)") }
         let host = bind == "localhost" ? "127.0.0.1" : bind
         var v4 = sockaddr_in()
         var v6 = sockaddr_in6()
@@ -175,7 +176,6 @@ enum ListeningSocket {
         } else {
             throw ServerStartError("server.bind: expected an IPv4 or IPv6 address or localhost, got \"\(bind)\"")
         }
-        if let problem = ServerConfig.bindProblem(bind) { throw ServerStartError("server.bind: \(problem)") }
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ServerStartError("cannot create a socket: \(StateDirectory.describe(errno: errno))") }
         var one: Int32 = 1
