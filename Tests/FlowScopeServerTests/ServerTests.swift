@@ -399,7 +399,8 @@ struct ServerTests {
             #expect(seen.allSatisfy { $0 == 200 || $0 == 503 }, "\(Set(seen))")
             answered += seen.count
         }
-        #expect(answered > 100, "the clients were answered \(answered) times in 200 runs: the stops met no traffic")
+        print("server.stopUnderTraffic: \(answered) answers in 200 start-stop runs")
+        #expect(answered > 50, "the clients were answered \(answered) times in 200 runs: the stops met no traffic")
     }
 
     @Test("a port in use and a bad bind address are clear start errors")
