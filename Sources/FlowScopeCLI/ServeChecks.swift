@@ -227,7 +227,7 @@ struct ServeChecks: Sendable {
         let absolute = FlowScopeConfig.absolutePath(path)
         if let file = resolved(absolute) { return file }
         let directory = FilePaths.directory(of: absolute)
-        return resolved(directory).map { $0 + "/" + absolute.dropFirst(directory.count).drop { $0 == "/" } } ?? absolute
+        return resolved(directory).map { $0 + "/" + (absolute as NSString).lastPathComponent } ?? absolute
     }
 
     /// Why an existing file cannot be the sqlite sink's database, or nil: it must be a regular file,
