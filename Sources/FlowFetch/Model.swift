@@ -284,21 +284,78 @@ public struct LayoutImage: Sendable, Hashable {
 
 /// A flow's layout: screens, styles and texts (kept as JSON, as the backend sent them), images and
 /// video references.
+///
+/// A value type whose fields sit in one shared, immutable box, like ``Flow``: a layout travels
+/// inside responses, outcomes and actions, and moving it then moves one reference, not seven
+/// fields. Setting a field copies the box first, so layouts behave exactly like plain structs.
 public struct Layout: Sendable, Hashable {
-    public var id: String
-    public var version: Int
-    public var screens: JSONValue
+    private final class Fields: Sendable, Hashable {
+        let id: String, version: Int
+        let screens: JSONValue, styles: JSONValue?, texts: JSONValue?
+        let images: [LayoutImage], videos: [String]
+
+        init(id: String, version: Int, screens: JSONValue, styles: JSONValue?, texts: JSONValue?,
+             images: [LayoutImage], videos: [String]) {
+            self.id = id; self.version = version; self.screens = screens; self.styles = styles; self.texts = texts
+            self.images = images; self.videos = videos
+        }
+
+        /// A copy with the given fields changed.
+        func with(id: String? = nil, version: Int? = nil, screens: JSONValue? = nil, styles: JSONValue?? = nil,
+                  texts: JSONValue?? = nil, images: [LayoutImage]? = nil, videos: [String]? = nil) -> Fields {
+            Fields(id: id ?? self.id, version: version ?? self.version, screens: screens ?? self.screens,
+                   styles: styles ?? self.styles, texts: texts ?? self.texts, images: images ?? self.images,
+                   videos: videos ?? self.videos)
+        }
+
+        static func == (a: Fields, b: Fields) -> Bool {
+            a === b || (a.id == b.id && a.version == b.version && a.screens == b.screens && a.styles == b.styles
+                && a.texts == b.texts && a.images == b.images && a.videos == b.videos)
+        }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(id); hasher.combine(version); hasher.combine(screens); hasher.combine(styles)
+            hasher.combine(texts); hasher.combine(images); hasher.combine(videos)
+        }
+    }
+
+    private var fields: Fields
+
+    public var id: String {
+        get { fields.id }
+        set { fields = fields.with(id: newValue) }
+    }
+    public var version: Int {
+        get { fields.version }
+        set { fields = fields.with(version: newValue) }
+    }
+    public var screens: JSONValue {
+        get { fields.screens }
+        set { fields = fields.with(screens: newValue) }
+    }
     /// The layout's styles, when the backend sends them (nil: the layout has none).
-    public var styles: JSONValue?
+    public var styles: JSONValue? {
+        get { fields.styles }
+        set { fields = fields.with(styles: .some(newValue)) }
+    }
     /// The layout's texts (for example localized strings by key), when the backend sends them.
-    public var texts: JSONValue?
-    public var images: [LayoutImage]
+    public var texts: JSONValue? {
+        get { fields.texts }
+        set { fields = fields.with(texts: .some(newValue)) }
+    }
+    public var images: [LayoutImage] {
+        get { fields.images }
+        set { fields = fields.with(images: newValue) }
+    }
     /// Video references; videos are never cached by the engine.
-    public var videos: [String]
+    public var videos: [String] {
+        get { fields.videos }
+        set { fields = fields.with(videos: newValue) }
+    }
+
     public init(id: String, version: Int, screens: JSONValue = .array([]), styles: JSONValue? = nil, texts: JSONValue? = nil,
                 images: [LayoutImage] = [], videos: [String] = []) {
-        self.id = id; self.version = version; self.screens = screens; self.styles = styles; self.texts = texts
-        self.images = images; self.videos = videos
+        fields = Fields(id: id, version: version, screens: screens, styles: styles, texts: texts, images: images, videos: videos)
     }
     public var ref: LayoutRef { LayoutRef(id: id, version: version) }
 }
