@@ -294,6 +294,23 @@ public final class FlowEngine: CacheView {
         VariationDraw.pick(payload, profileId: profileId, memo: &buckets)
     }
 
+    /// Flows built lately: the strategy lab answers the same prepared payloads again and again, and
+    /// an app asks for the same placement's flow again (FlowClient's payloads are new each response,
+    /// so there the memo only ever misses: a few pointer comparisons).
+    @exclusivity(unchecked) private var flows = VariationDraw.FlowMemo()
+
+    public func drawFlow(_ payload: AudiencePayload, profileId: String, source: FlowSource, targetingLost: Bool) -> Flow? {
+        if var flow = flows.flow(payload, profileId: profileId) {
+            flow.source = source
+            flow.targetingLost = targetingLost
+            return flow
+        }
+        guard let variation = drawVariation(payload, profileId: profileId) else { return nil }
+        let flow = Flow(payload: payload, variation: variation, source: source, targetingLost: targetingLost)
+        flows.remember(payload, profileId: profileId, flow)
+        return flow
+    }
+
     // MARK: running machines
 
     private func begin(_ machine: consuming Machine, now: EngineTime, reported: Bool = true, parent: (call: CallID, tag: Int)? = nil,
@@ -305,14 +322,15 @@ public final class FlowEngine: CacheView {
         if inherited == nil { lastTrace = trace }
         let info = CallInfo(trace: trace, spanBase: spanBase, origin: origin ?? id)
         first?(self, trace)
-        var machine = machine
         var actions = takeActionBuffer()
+        // The consuming parameter is mutated and moved into the call in place (a `var` copy of it
+        // copied the whole machine).
         machine.handle(.start, now: now, cache: self, actions: &actions)
         if actions.allSatisfy(\.endsWithinStart) {
             // A call that ends during its start (a cache hit) never enters the call table.
             performWithinStart(&actions, id, info, parent: parent, reported: reported, now: now)
         } else {
-            calls[id.raw] = makeCall(machine: machine, info: info, parent: parent, reported: reported)
+            calls[id.raw] = makeCall(machine: consume machine, info: info, parent: parent, reported: reported)
             perform(&actions, for: id, now: now)
         }
         giveBack(&actions)

@@ -135,14 +135,13 @@ public struct GetFlowMachine: FetchMachine {
         let failure: RequestFailure
         switch completion.result {
         case .success(.audience(let payload)):
-            guard let variation = cache.drawVariation(payload, profileId: profileId) else {
+            let fromDefault = stage == .defaultAudience
+            guard let flow = cache.drawFlow(payload, profileId: profileId, source: fromDefault ? .defaultAudience : .network,
+                                            targetingLost: fromDefault) else {
                 failure = .malformed(reason: "variation weights do not sum to 100")
                 break
             }
             emitRequestEnd(tag: tag, result: completion.result, bytes: completion.bytes, now: now, &actions)
-            let fromDefault = stage == .defaultAudience
-            let flow = Flow(payload: payload, variation: variation, source: fromDefault ? .defaultAudience : .network,
-                            targetingLost: fromDefault)
             actions.append(.storeFlow(placement: placement,
                                       CachedFlow(flow: flow, storedAt: now, fromDefaultAudience: fromDefault),
                                       keepTargeted: fromDefault))

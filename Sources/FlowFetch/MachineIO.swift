@@ -34,11 +34,21 @@ public protocol CacheView {
     /// The variation of `payload` for `profileId` (``VariationDraw/pick(_:profileId:)``); a view may
     /// remember the buckets it drew, since a bucket never changes. The default draws afresh.
     func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation?
+    /// The flow of `payload`'s variation for `profileId` (the draw of ``drawVariation(_:profileId:)``),
+    /// with the given source; nil when the weights are invalid. A view may remember the flows it
+    /// built, since a payload and a profile always give the same one. The default builds afresh.
+    func drawFlow(_ payload: AudiencePayload, profileId: String, source: FlowSource, targetingLost: Bool) -> Flow?
 }
 
 extension CacheView {
     public func drawVariation(_ payload: AudiencePayload, profileId: String) -> Variation? {
         VariationDraw.pick(payload, profileId: profileId)
+    }
+
+    public func drawFlow(_ payload: AudiencePayload, profileId: String, source: FlowSource, targetingLost: Bool) -> Flow? {
+        drawVariation(payload, profileId: profileId).map {
+            Flow(payload: payload, variation: $0, source: source, targetingLost: targetingLost)
+        }
     }
 }
 

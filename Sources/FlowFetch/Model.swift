@@ -143,6 +143,12 @@ public struct AudiencePayload: Sendable, Hashable {
     }
 }
 
+extension AudiencePayload {
+    /// Whether both share one box (then every field is equal): an exact test that costs a pointer
+    /// comparison, for memos that hold the payloads they compare.
+    func isSameInstance(as other: AudiencePayload) -> Bool { fields === other.fields }
+}
+
 /// Where a flow (or a layout) came from.
 public enum FlowSource: String, Sendable, Hashable, CaseIterable {
     case network, cache, defaultAudience, fallbackFile

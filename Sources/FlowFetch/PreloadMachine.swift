@@ -106,10 +106,10 @@ public struct PreloadMachine: FetchMachine {
         pendingCount -= 1
         var result = completion.result
         if case .success(let body) = result {
-            if case .audience(let payload) = body, let v = cache.drawVariation(payload, profileId: profileId) {
-                let fromDefault = phase == .defaultAudience
-                let flow = Flow(payload: payload, variation: v, source: fromDefault ? .defaultAudience : .network,
-                                targetingLost: fromDefault)
+            let fromDefault = phase == .defaultAudience
+            if case .audience(let payload) = body,
+               let flow = cache.drawFlow(payload, profileId: profileId, source: fromDefault ? .defaultAudience : .network,
+                                         targetingLost: fromDefault) {
                 actions.append(.storeFlow(placement: placement,
                                           CachedFlow(flow: flow, storedAt: now, fromDefaultAudience: fromDefault),
                                           keepTargeted: fromDefault))

@@ -79,4 +79,35 @@ public enum VariationDraw {
             return b
         }
     }
+
+    /// The last few flows built, by payload instance and profile: a payload and a profile always give
+    /// the same flow, so a remembered one is shared (its variation data is one box) instead of drawn
+    /// and built again. Each entry holds its payload, so an instance compared by identity is never a
+    /// new payload at a reused address. Eight entries, replaced in turn.
+    struct FlowMemo {
+        private var entries: [(payload: AudiencePayload, profileId: String, flow: Flow)] = []
+        private var next = 0
+        static let capacity = 8
+
+        init() {}
+
+        /// The flow built for the pair, if remembered (with the source it was built with).
+        func flow(_ payload: AudiencePayload, profileId: String) -> Flow? {
+            for i in entries.indices where entries[i].payload.isSameInstance(as: payload) && entries[i].profileId == profileId {
+                return entries[i].flow
+            }
+            return nil
+        }
+
+        /// Remembers the flow built for the pair.
+        mutating func remember(_ payload: AudiencePayload, profileId: String, _ flow: Flow) {
+            if entries.count < Self.capacity {
+                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
+                entries.append((payload, profileId, flow))
+            } else {
+                entries[next] = (payload, profileId, flow)
+                next = (next + 1) % Self.capacity
+            }
+        }
+    }
 }

@@ -208,4 +208,33 @@ struct EngineResetTests {
         let fired = scheduled.subtracting(unscheduled)
         #expect(fired.count == 2, "only the two phase deadlines fire; every other timer is cleared")
     }
+
+    @Test("the engine's remembered flows are the flows built afresh: any source, other profiles, equal payloads in new boxes, 1,000 draws")
+    func rememberedFlowsAreFresh() {
+        let engine = engine(Transcript(), Counter())
+        let other = AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "main-all-1",
+                                    variations: [Variation(id: "all-a", weight: 30), Variation(id: "all-b", weight: 70)])
+        let invalid = AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "bad",
+                                      variations: [Variation(id: "x", weight: 60)])
+        let sources: [(FlowSource, Bool)] = [(.network, false), (.defaultAudience, true), (.cache, false)]
+        var rng = SystemRandomNumberGenerator()
+        var seen = Set<String>()
+        for i in 0..<1_000 {
+            // Few profiles and payloads, so the memo hits, misses and replaces entries.
+            let profile = "user-\(Int.random(in: 0..<12, using: &rng))"
+            let base = i % 3 == 0 ? other : Self.targeted
+            // An equal payload in a new box must draw as the original does.
+            let payload = i % 7 == 0 ? AudiencePayload(placementId: base.placementId, audienceName: base.audienceName,
+                                                       audienceVersionId: base.audienceVersionId, variations: base.variations) : base
+            let (source, lost) = sources[i % sources.count]
+            let drawn = engine.drawFlow(payload, profileId: profile, source: source, targetingLost: lost)
+            let variation = VariationDraw.pick(payload, profileId: profile)
+            let fresh = variation.map { Flow(payload: payload, variation: $0, source: source, targetingLost: lost) }
+            #expect(drawn == fresh, "draw \(i): \(profile)")
+            #expect(drawn?.source == source && drawn?.targetingLost == lost)
+            if let drawn { seen.insert(drawn.variationId) }
+            #expect(engine.drawFlow(invalid, profileId: profile, source: source, targetingLost: lost) == nil)
+        }
+        #expect(seen == ["asa-a", "asa-b", "all-a", "all-b"], "\(seen)")
+    }
 }
