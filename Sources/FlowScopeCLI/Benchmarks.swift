@@ -73,7 +73,7 @@ public struct BenchmarkSuite: Sendable {
     /// The names, in the order they run and print.
     public static let names = [
         "engine.getFlow.cacheHit", "engine.getFlow.cacheHit.noSink", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
-        "metrics.counter.increment", "metrics.render", "sim.calls", "sqlite.insert",
+        "metrics.counter.increment", "metrics.render", "sim.calls", "scenario.steps", "sqlite.insert",
     ]
 
     func count(_ n: Int, minimum: Int = 100) -> Int { max(minimum, Int(Double(n) * scale)) }
@@ -93,6 +93,7 @@ public struct BenchmarkSuite: Sendable {
             case "metrics.counter.increment": results.append(counterIncrement())
             case "metrics.render": results.append(try metricsRender())
             case "sim.calls": results.append(simCalls())
+            case "scenario.steps": results.append(try scenarioSteps())
             default: results.append(try sqliteInsert())
             }
         }
@@ -292,6 +293,38 @@ public struct BenchmarkSuite: Sendable {
             samples.append(result.throughput.callsPerCoreSecond)
         }
         return BenchmarkResult(name: "sim.calls", value: median(samples), unit: "calls/s", baseline: nil, target: ">= 2,000,000")
+    }
+
+    /// `flowscope run` on a long scenario (its report and timeline included), against the same
+    /// scenario a tenth as long: steps per CPU second of each, so a ratio near 1 says the cost of a
+    /// step does not grow with the scenario's length.
+    func scenarioSteps() throws -> BenchmarkResult {
+        func scenario(steps: Int) throws -> Scenario {
+            let lines = (0..<steps).map { i in
+                let call = i % 4 == 3 ? "getFlowOrDefault', timeout: 2" : "getFlow', loadTimeout: 3"
+                return "{ at: \(Double(i) * 0.01), call: '\(call), placement: 'p\(i % 50)' }"
+            }
+            return try Scenario.decode("{ network: { latency: 0.2, rules: [ { match: { placement: 'p7', nth: 3 }, fail: 'reset' } ] }, steps: [\(lines.joined(separator: ","))] }")
+        }
+        let long = try scenario(steps: count(20_000, minimum: 2_000))
+        let short = try scenario(steps: long.steps.count / 10)
+        func play(_ s: Scenario) throws -> Double {
+            let start = threadCPUNanos()
+            let report = ScenarioRunner(s).run()
+            let text = report.timeline(events: false)
+            guard report.results.allSatisfy({ $0.outcome != nil }), text.utf8.count > s.steps.count else {
+                throw BenchError("scenario.steps: a step of \(s.steps.count) did not end")
+            }
+            return Double(s.steps.count) / (Double(threadCPUNanos() - start) / 1e9)
+        }
+        _ = try play(short)
+        var longRates: [Double] = [], shortRates: [Double] = []
+        for _ in 0..<runs {
+            longRates.append(try play(long))
+            shortRates.append(try play(short))
+        }
+        return BenchmarkResult(name: "scenario.steps", value: median(longRates), unit: "steps/s",
+                               baseline: ("the same scenario a tenth as long", median(shortRates)), target: ">= 0.5x baseline")
     }
 
     // MARK: sqlite

@@ -174,6 +174,9 @@ public struct ScenarioReport: Sendable {
     /// line per expectation that held and a `FAIL` line per key that did not.
     public func timeline(events showEvents: Bool) -> String {
         var out = "\(scenario.name)" + (scenario.file.map { "  (\($0))" } ?? "") + "\n"
+        // Grouped once (a scan per step or expectation was quadratic in a long scenario).
+        let requestsByStep = Dictionary(grouping: requests.filter { $0.step != nil }) { $0.step! }
+        let failuresByExpectation = Dictionary(grouping: failures, by: \.expectation)
         for r in results {
             let end = r.completedAt.map { fmt($0) } ?? "never"
             var line = "  [\(r.step)] \(fmt(r.startedAt)) -> \(end)  \(r.call.name)"
@@ -188,7 +191,7 @@ public struct ScenarioReport: Sendable {
                 }
             }
             out += line + "  (\(r.requests) request\(r.requests == 1 ? "" : "s"))\n"
-            for q in requests where q.step == r.step {
+            for q in requestsByStep[r.step] ?? [] {
                 out += "        \(fmt(q.issuedAt)) -> \(q.endedAt.map { fmt($0) } ?? "never")  \(q.kind)"
                     + (q.placement.map { " \($0)" } ?? "") + "  \(q.outcome ?? "open")\n"
             }
@@ -203,7 +206,7 @@ public struct ScenarioReport: Sendable {
         }
         // A line per expectation that held, a line per key of one that did not, in the file's order.
         for (index, e) in scenario.expect.enumerated() {
-            let failed = failures.filter { $0.expectation == index }
+            let failed = failuresByExpectation[index] ?? []
             if failed.isEmpty { out += "  PASS step \(e.step)  (\(e.path))\n" }
             for f in failed {
                 out += "  FAIL step \(f.step) \(f.key): expected \(f.expected.jsonText), got \(f.actual.jsonText)  (\(f.path))\n"

@@ -25,6 +25,8 @@ public final class ScenarioRunner: EngineHost {
     private var cancelledTimers: Set<TimerID> = []
 
     private var stepCalls: [Int: (generation: Int, call: CallID)] = [:]
+    /// The step of each call of the current engine (ids start again with each engine).
+    private var stepOfCall: [CallID: Int] = [:]
     private var outcomes: [Int: (outcome: CallOutcome, at: EngineTime)] = [:]
     private var traceSteps: [TraceID: Int] = [:]
     private var lastFlows: [String: Flow] = [:]
@@ -86,7 +88,7 @@ public final class ScenarioRunner: EngineHost {
     public func unschedule(_ timer: TimerID) { cancelledTimers.insert(timer) }
 
     public func finished(_ call: CallID, _ outcome: CallOutcome, now: EngineTime) {
-        if let step = stepCalls.first(where: { $0.value.generation == generation && $0.value.call == call })?.key {
+        if let step = stepOfCall[call] {
             record(step: step, outcome, now: now)
         } else {
             pendingFinish.append((call, outcome, now))
@@ -146,6 +148,7 @@ public final class ScenarioRunner: EngineHost {
         }
         guard let call else { return }
         stepCalls[i] = (generation, call)
+        stepOfCall[call] = i
         if let trace = engine.trace(of: call) ?? engine.lastTrace { traceSteps[trace] = i }
         // A call that finished while it started (a cache hit) reported before its id was known.
         if let k = pendingFinish.firstIndex(where: { $0.0 == call }) {
@@ -163,6 +166,7 @@ public final class ScenarioRunner: EngineHost {
     private func startEngine(profile: Profile) {
         cancelledTimers.removeAll()
         pendingFinish.removeAll()
+        stepOfCall.removeAll()
         var ids = self.ids
         let traceSource = TraceSource(ids: &ids)
         engine = FlowEngine(configuration: .init(requestTimeout: scenario.requestTimeout, fallback: fallback, activatedAt: 0),
@@ -222,11 +226,15 @@ public final class ScenarioRunner: EngineHost {
                 requests[k].outcome = e.attrs["outcome"]?.stringValue
             }
         }
+        // Counted in one pass (a filter per step was quadratic in a long scenario).
+        var counts = Array(repeating: 0, count: scenario.steps.count)
+        for r in requests where r.kind != RequestKind.asset.rawValue {
+            if let step = r.step, counts.indices.contains(step) { counts[step] += 1 }
+        }
         var results: [ScenarioReport.StepResult] = []
         for (i, step) in scenario.steps.enumerated() {
-            let count = requests.filter { $0.step == i && $0.kind != RequestKind.asset.rawValue }.count
             results.append(.init(step: i, call: step.call, startedAt: step.at, outcome: outcomes[i]?.outcome,
-                                 completedAt: outcomes[i]?.at.seconds, requests: count))
+                                 completedAt: outcomes[i]?.at.seconds, requests: counts[i]))
         }
         let eventRecords = events.map { ScenarioReport.EventRecord(step: traceSteps[$0.trace], event: $0) }
         return ScenarioReport(scenario: scenario, results: results, requests: requests, events: eventRecords)

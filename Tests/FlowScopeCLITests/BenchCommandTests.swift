@@ -28,7 +28,8 @@ struct BenchCommandTests {
         let expected: [String: (unit: String, baseline: Bool)] = [
             "engine.getFlow.cacheHit": ("ns/op", true), "pipeline.emit": ("ns/event", false),
             "pipeline.throughput": ("events/s", false), "metrics.counter.increment": ("ns/op", true),
-            "metrics.render": ("us/1000 series", false), "sim.calls": ("calls/s", false), "sqlite.insert": ("events/s", true),
+            "metrics.render": ("us/1000 series", false), "sim.calls": ("calls/s", false), "scenario.steps": ("steps/s", true),
+            "sqlite.insert": ("events/s", true),
         ]
         var seen: Set<String> = []
         for item in items {
