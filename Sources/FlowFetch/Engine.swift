@@ -294,9 +294,9 @@ public final class FlowEngine: CacheView {
         VariationDraw.pick(payload, profileId: profileId, memo: &buckets)
     }
 
-    /// Flows built lately: the strategy lab answers the same prepared payloads again and again, and
-    /// an app asks for the same placement's flow again (FlowClient's payloads are new each response,
-    /// so there the memo only ever misses: a few pointer comparisons).
+    /// Flows built lately: the strategy lab answers from prepared payloads, so the same payload and
+    /// profile come back again and again. FlowClient decodes a new payload for each response: there
+    /// the memo always misses, at the cost of a few pointer comparisons.
     @exclusivity(unchecked) private var flows = VariationDraw.FlowMemo()
 
     public func drawFlow(_ payload: AudiencePayload, profileId: String, source: FlowSource, targetingLost: Bool) -> Flow? {
@@ -323,8 +323,8 @@ public final class FlowEngine: CacheView {
         let info = CallInfo(trace: trace, spanBase: spanBase, origin: origin ?? id)
         first?(self, trace)
         var actions = takeActionBuffer()
-        // The consuming parameter is mutated and moved into the call in place (a `var` copy of it
-        // copied the whole machine).
+        // The consuming parameter is mutated in place and moved into the call: a `var` copy of it
+        // would copy the whole machine.
         machine.handle(.start, now: now, cache: self, actions: &actions)
         if actions.allSatisfy(\.endsWithinStart) {
             // A call that ends during its start (a cache hit) never enters the call table.

@@ -174,7 +174,7 @@ public struct ScenarioReport: Sendable {
     /// line per expectation that held and a `FAIL` line per key that did not.
     public func timeline(events showEvents: Bool) -> String {
         var out = "\(scenario.name)" + (scenario.file.map { "  (\($0))" } ?? "") + "\n"
-        // Grouped once (a scan per step or expectation was quadratic in a long scenario).
+        // Grouped once: a scan per step or expectation would be quadratic in a long scenario.
         let requestsByStep = Dictionary(grouping: requests.filter { $0.step != nil }) { $0.step! }
         let failuresByExpectation = Dictionary(grouping: failures, by: \.expectation)
         for r in results {

@@ -226,7 +226,7 @@ public final class ScenarioRunner: EngineHost {
                 requests[k].outcome = e.attrs["outcome"]?.stringValue
             }
         }
-        // Counted in one pass (a filter per step was quadratic in a long scenario).
+        // Counted in one pass: a filter per step would be quadratic in a long scenario.
         var counts = Array(repeating: 0, count: scenario.steps.count)
         for r in requests where r.kind != RequestKind.asset.rawValue {
             if let step = r.step, counts.indices.contains(step) { counts[step] += 1 }
