@@ -248,4 +248,39 @@ private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRo
         let named = try #require(URL(string: "https://h:1/api/events?run=test:a"))
         #expect(TrafficSource.pageURL(named, since: 0)?.absoluteString == "https://h:1/api/events?run=test:a&since=0&limit=1000")
     }
+
+    @Test("a trace read in chunks of any size gives the same envelopes and the same line numbers in errors")
+    func chunkedReading() throws {
+        let dir = makeTemporaryDirectory("chunks")
+        defer { removeDirectory(dir) }
+        let lines = syntheticTraceLines(placement: "p", median: 0.5, sigma: 0.5, budget: 2, requests: 40, seed: 9)
+        // Blank lines, a CRLF line, whitespace-only lines and no newline after the last line.
+        var text = lines[0] + "\n\n" + lines[1] + "\r\n  \t\n"
+        text += lines.dropFirst(2).joined(separator: "\n")
+        try write(text, to: dir + "/trace.jsonl")
+        guard case .success(let whole) = TrafficSource.readJSONLines(dir + "/trace.jsonl") else {
+            Issue.record("the trace did not read")
+            return
+        }
+        #expect(whole.count == lines.count)
+        #expect(whole.map(\.seq) == Array(1...UInt64(lines.count)))
+        for chunk in [1, 2, 3, 7, 64, 200, 1_000] {
+            guard case .success(let read) = TrafficSource.readJSONLines(dir + "/trace.jsonl", chunkSize: chunk) else {
+                Issue.record("chunk \(chunk): the trace did not read")
+                continue
+            }
+            #expect(read.map(\.seq) == whole.map(\.seq), "chunk \(chunk)")
+            #expect(read.map { "\($0.event)" } == whole.map { "\($0.event)" }, "chunk \(chunk)")
+        }
+        // A broken line 6 (after two lines, a blank one, a CRLF line and a blank one), longer than the chunks.
+        try write(lines[0] + "\n" + lines[1] + "\n\n" + lines[2] + "\r\n\n{" + String(repeating: "x", count: 5_000) + "\n" + lines[3] + "\n",
+                  to: dir + "/broken.jsonl")
+        for chunk in [1, 5, 4_096, 1 << 20] {
+            guard case .failure(let error) = TrafficSource.readJSONLines(dir + "/broken.jsonl", chunkSize: chunk) else {
+                Issue.record("chunk \(chunk): a broken line was read")
+                continue
+            }
+            #expect(error.message.contains("broken.jsonl: line 6: $"), "chunk \(chunk): \(error.message.prefix(200))")
+        }
+    }
 }
