@@ -31,15 +31,18 @@ let replayCommand = Command(spec: CommandSpec(
         }
     }
     let path = args.positionals[0]
-    guard let data = FileManager.default.contents(atPath: path) else {
-        io.err("flowscope replay: \(FlowScopeConfig.absolutePath(path)): \(ServeChecks.whyUnreadable(path))\n")
-        return ExitStatus.usage
-    }
     let envelopes: [Envelope]
-    do throws(JSONInputError) {
-        envelopes = try TraceFile.decode(String(decoding: data, as: UTF8.self), file: path)
-    } catch {
-        io.err("flowscope replay: \(error.description)\n")
+    switch JSONLinesFile.envelopes(path) {
+    case .success(let read):
+        envelopes = read
+    case .failure(.unreadable(let why, _)):
+        io.err("flowscope replay: \(FlowScopeConfig.absolutePath(path)): \(why)\n")
+        return ExitStatus.usage
+    case .failure(.badLine(let line, let error)):
+        var located = error.inFile("\(path):\(line)")
+        located.line = nil
+        located.column = nil
+        io.err("flowscope replay: \(located.description)\n")
         return ExitStatus.usage
     }
     if args.flag("serve") { return await serveTrace(envelopes, args: args, io: io) }
@@ -54,27 +57,6 @@ let replayCommand = Command(spec: CommandSpec(
         io.out(FlowTimeline(envelopes: group.envelopes).text(events: args.flag("events")))
     }
     return ExitStatus.success
-}
-
-/// Reads trace files: one envelope (events-and-metrics.md) per line.
-enum TraceFile {
-    /// Decodes every non-empty line; an error names the file, the line and the JSON path.
-    static func decode(_ text: String, file: String) throws(JSONInputError) -> [Envelope] {
-        var out: [Envelope] = []
-        for (i, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            guard !trimmed.isEmpty else { continue }
-            do {
-                out.append(try Envelope(jsonValue: JSON5.parse(trimmed)))
-            } catch {
-                var e = error.inFile("\(file):\(i + 1)")
-                e.line = nil
-                e.column = nil
-                throw e
-            }
-        }
-        return out
-    }
 }
 
 /// `replay --serve`: a dashboard stack with no demo traffic, holding the trace's events.

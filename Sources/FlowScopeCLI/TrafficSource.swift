@@ -56,52 +56,17 @@ enum TrafficSource: Equatable {
     }
 
     /// One envelope per non-blank line; an error names the flag, the file, the line and the JSON path.
-    /// The file is read a chunk at a time, so memory holds the envelopes, not the file as well.
     static func readJSONLines(_ path: String, chunkSize: Int = 1 << 20) -> Result<[Envelope], TrafficSourceError> {
         let shown = FlowScopeConfig.absolutePath(path)
-        guard let file = FileHandle(forReadingAtPath: path) else {
-            return .failure(TrafficSourceError("--from \(shown): \(ServeChecks.whyUnreadable(path))"))
+        switch JSONLinesFile.envelopes(path, chunkSize: chunkSize) {
+        case .success(let envelopes):
+            return .success(envelopes)
+        case .failure(.unreadable(let why, _)):
+            return .failure(TrafficSourceError("--from \(shown): \(why)"))
+        case .failure(.badLine(let line, let error)):
+            return .failure(TrafficSourceError("--from \(shown): line \(line): \(error.description) "
+                                               + "(expected one event envelope per line)"))
         }
-        defer { try? file.close() }
-        var out: [Envelope] = []
-        var line = 0
-        // The bytes read and not yet parsed: whole lines, then the start of one a chunk cut.
-        var pending: [UInt8] = []
-        // How many bytes at the start of the unfinished line are known to hold no newline, so that
-        // a line longer than a chunk is searched once, not once per chunk.
-        var searched = 0
-        var ended = false
-        while !ended {
-            do {
-                let chunk = try file.read(upToCount: chunkSize) ?? Data()
-                ended = chunk.isEmpty
-                pending.append(contentsOf: chunk)
-            } catch {
-                let why = line == 0 ? ServeChecks.whyUnreadable(path) : "read failed after line \(line): \(error.localizedDescription)"
-                return .failure(TrafficSourceError("--from \(shown): \(why)"))
-            }
-            var start = pending.startIndex
-            while start < pending.endIndex {
-                // At the end of the file, the last line needs no newline.
-                guard let end = pending[(start + searched)...].firstIndex(of: 0x0A) ?? (ended ? pending.endIndex : nil) else {
-                    searched = pending.endIndex - start
-                    break
-                }
-                searched = 0
-                line += 1
-                let text = pending[start..<end]
-                start = end + 1
-                guard text.contains(where: { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }) else { continue }
-                do throws(JSONInputError) {
-                    out.append(try Envelope(jsonValue: try JSON5.parse(bytes: Array(text))))
-                } catch {
-                    return .failure(TrafficSourceError("--from \(shown): line \(line): \(error.description) "
-                                                       + "(expected one event envelope per line)"))
-                }
-            }
-            pending.removeSubrange(..<min(start, pending.endIndex))
-        }
-        return .success(out)
     }
 
     /// Every event of an sqlite sink database, oldest first, read without changing the file.
