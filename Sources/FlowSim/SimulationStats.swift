@@ -45,15 +45,26 @@ public struct SimulationRandom: Sendable {
 /// A histogram of durations (seconds) with 0.5% relative resolution from 0.1 ms to about 3 h, plus
 /// exact zero, count, sum and max: percentiles with bounded memory, merged by adding counts (so a
 /// merge gives the same numbers in any order).
+///
+/// It keeps only the buckets from its smallest value's to its largest's (at most 3,700 of 16 bytes),
+/// so the strategy lab's per-placement histograms cost what their values span, not 3,700 buckets
+/// each. The range depends only on the values added, whatever the order or merges, so equal
+/// contents compare equal.
 public struct DurationHistogram: Sendable, Hashable {
     static let minValue = 1e-4
     static let ratio = 1.005
     static let bucketCount = 3700
     private static let logRatio = log(ratio)
 
-    private(set) var buckets: [UInt32]
-    /// The largest value seen in each bucket: quantiles report observed values.
-    private(set) var bucketMax: [Double]
+    /// One bucket: how many values fell in it, and the largest of them (quantiles report observed
+    /// values). Together, so that adding a value touches one place in memory.
+    struct Cell: Sendable, Hashable {
+        var count: UInt32 = 0
+        var max: Double = 0
+    }
+    /// Buckets `first ..< first + cells.count`; empty until a value above zero is added.
+    private(set) var cells: [Cell] = []
+    private(set) var first = 0
     /// Values exactly 0 (or below 0.1 ms).
     public private(set) var zeros: Int = 0
     public private(set) var count: Int = 0
@@ -61,10 +72,7 @@ public struct DurationHistogram: Sendable, Hashable {
     public private(set) var min: Double = .infinity
 
     /// An empty histogram.
-    public init() {
-        buckets = Array(repeating: 0, count: Self.bucketCount)
-        bucketMax = Array(repeating: 0, count: Self.bucketCount)
-    }
+    public init() {}
 
     /// Adds one value.
     public mutating func add(_ v: Double) {
@@ -89,8 +97,22 @@ public struct DurationHistogram: Sendable, Hashable {
         if v > max { max = v }
         if v < min { min = v }
         guard let i = bucket else { zeros += 1; return }
-        buckets[i] &+= 1
-        if v > bucketMax[i] { bucketMax[i] = v }
+        if i < first || i >= first + cells.count { cover(i) }
+        cells[i - first].count &+= 1
+        if v > cells[i - first].max { cells[i - first].max = v }
+    }
+
+    /// Grows the range of buckets kept to include bucket `i`.
+    private mutating func cover(_ i: Int) {
+        if cells.isEmpty {
+            first = i
+            cells = [Cell()]
+        } else if i < first {
+            cells.insert(contentsOf: repeatElement(Cell(), count: first - i), at: 0)
+            first = i
+        } else if i >= first + cells.count {
+            cells.append(contentsOf: repeatElement(Cell(), count: i - first - cells.count + 1))
+        }
     }
 
     /// Adds every value of another histogram.
@@ -99,9 +121,13 @@ public struct DurationHistogram: Sendable, Hashable {
         zeros += other.zeros
         max = Swift.max(max, other.max)
         min = Swift.min(min, other.min)
-        for i in 0..<Self.bucketCount where other.buckets[i] > 0 {
-            buckets[i] &+= other.buckets[i]
-            bucketMax[i] = Swift.max(bucketMax[i], other.bucketMax[i])
+        guard !other.cells.isEmpty else { return }
+        cover(other.first)
+        cover(other.first + other.cells.count - 1)
+        for j in other.cells.indices where other.cells[j].count > 0 {
+            let k = other.first + j - first
+            cells[k].count &+= other.cells[j].count
+            cells[k].max = Swift.max(cells[k].max, other.cells[j].max)
         }
     }
 
@@ -112,9 +138,9 @@ public struct DurationHistogram: Sendable, Hashable {
         let k = Swift.max(1, Swift.min(k, count))
         if k <= zeros { return Swift.max(min, 0) > Self.minValue ? 0 : Swift.max(min, 0) }
         var seen = zeros
-        for i in 0..<Self.bucketCount {
-            seen += Int(buckets[i])
-            if seen >= k { return bucketMax[i] }
+        for cell in cells {
+            seen += Int(cell.count)
+            if seen >= k { return cell.max }
         }
         return max
     }

@@ -241,6 +241,21 @@ struct SimulationTests {
         var ab = a; ab.merge(b)
         var ba = b; ba.merge(a)
         #expect(ab == ba && ab == all)
+        // The buckets kept grow at either end: descending and ascending orders, and merges into and
+        // from an empty histogram, hold the same contents.
+        var descending = DurationHistogram(), ascending = DurationHistogram(), fromEmpty = DurationHistogram()
+        for v in values.sorted(by: >) { descending.add(v) }
+        for v in values.sorted() { ascending.add(v) }
+        fromEmpty.merge(all)
+        var withEmpty = all; withEmpty.merge(DurationHistogram())
+        #expect(descending == all && ascending == all && fromEmpty == all && withEmpty == all)
+        #expect(descending.quantile(0.5) == all.quantile(0.5) && descending.quantile(0.99) == all.quantile(0.99))
+        // Far-apart histograms merged either way: the gap between them is filled, nothing is lost.
+        var low = DurationHistogram(), high = DurationHistogram()
+        for i in 1...50 { low.add(0.001 * Double(i)); high.add(1_000 + Double(i)) }
+        var lh = low; lh.merge(high)
+        var hl = high; hl.merge(low)
+        #expect(lh == hl && lh.count == 100 && lh.quantile(0.5) == low.max && lh.quantile(1) == high.max)
         values.sort()
         for q in [0.05, 0.5, 0.95, 0.99] {
             let exact = values[Int((q * Double(values.count)).rounded(.up)) - 1]
