@@ -54,28 +54,21 @@ public enum VariationDraw {
     }
 
     /// The last few buckets drawn, by (audience version, profile): a bucket is a pure function of the
-    /// two ids, so a remembered one is the one MD5 would give. Eight entries, replaced in turn.
+    /// two ids, so a remembered one is the one MD5 would give.
     struct BucketMemo {
-        private var entries: [(versionId: String, profileId: String, bucket: Int)] = []
-        private var next = 0
-        static let capacity = 8
+        private var recent = RecentEntries<(versionId: String, profileId: String, bucket: Int)>()
 
         init() {}
 
         /// The bucket of the pair, from memory or computed (and then remembered).
         mutating func bucket(audienceVersionId: String, profileId: String) -> Int {
             // By index, compared in place (iterating the entries would copy, and retain, each one's ids).
-            for i in entries.indices where entries[i].versionId == audienceVersionId && entries[i].profileId == profileId {
-                return entries[i].bucket
+            for i in recent.entries.indices
+            where recent.entries[i].versionId == audienceVersionId && recent.entries[i].profileId == profileId {
+                return recent.entries[i].bucket
             }
             let b = VariationDraw.bucket(audienceVersionId: audienceVersionId, profileId: profileId)
-            if entries.count < Self.capacity {
-                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
-                entries.append((audienceVersionId, profileId, b))
-            } else {
-                entries[next] = (audienceVersionId, profileId, b)
-                next = (next + 1) % Self.capacity
-            }
+            recent.remember((audienceVersionId, profileId, b))
             return b
         }
     }
@@ -83,31 +76,42 @@ public enum VariationDraw {
     /// The last few flows built, by payload instance and profile: a payload and a profile always give
     /// the same flow, so a remembered one is shared (its variation data is one box) instead of drawn
     /// and built again. Each entry holds its payload, so an instance compared by identity is never a
-    /// new payload at a reused address. Eight entries, replaced in turn.
+    /// new payload at a reused address.
     struct FlowMemo {
-        private var entries: [(payload: AudiencePayload, profileId: String, flow: Flow)] = []
-        private var next = 0
-        static let capacity = 8
+        private var recent = RecentEntries<(payload: AudiencePayload, profileId: String, flow: Flow)>()
 
         init() {}
 
         /// The flow built for the pair, if remembered (with the source it was built with).
         func flow(_ payload: AudiencePayload, profileId: String) -> Flow? {
-            for i in entries.indices where entries[i].payload.isSameInstance(as: payload) && entries[i].profileId == profileId {
-                return entries[i].flow
+            for i in recent.entries.indices
+            where recent.entries[i].payload.isSameInstance(as: payload) && recent.entries[i].profileId == profileId {
+                return recent.entries[i].flow
             }
             return nil
         }
 
         /// Remembers the flow built for the pair.
         mutating func remember(_ payload: AudiencePayload, profileId: String, _ flow: Flow) {
-            if entries.count < Self.capacity {
-                if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
-                entries.append((payload, profileId, flow))
-            } else {
-                entries[next] = (payload, profileId, flow)
-                next = (next + 1) % Self.capacity
-            }
+            recent.remember((payload, profileId, flow))
+        }
+    }
+}
+
+/// The last eight entries remembered, the oldest replaced first once full: the engine's memos.
+struct RecentEntries<Entry> {
+    static var capacity: Int { 8 }
+    private(set) var entries: [Entry] = []
+    private var next = 0
+
+    /// Adds `entry`, replacing the oldest when full.
+    mutating func remember(_ entry: Entry) {
+        if entries.count < Self.capacity {
+            if entries.isEmpty { entries.reserveCapacity(Self.capacity) }
+            entries.append(entry)
+        } else {
+            entries[next] = entry
+            next = (next + 1) % Self.capacity
         }
     }
 }
