@@ -7,8 +7,8 @@ import Foundation
 enum JSONLinesFile {
     /// Why a file could not be read.
     enum Failure: Error {
-        /// The file could not be opened or read (the words say why), after `line` lines.
-        case unreadable(String, line: Int)
+        /// The file could not be opened or read (the words say why, and after which line).
+        case unreadable(String)
         /// Line `line` (1-based, blank lines counted) is not an envelope.
         case badLine(Int, JSONInputError)
     }
@@ -17,7 +17,7 @@ enum JSONLinesFile {
     /// line needs no newline.
     static func envelopes(_ path: String, chunkSize: Int = 1 << 20) -> Result<[Envelope], Failure> {
         guard let file = FileHandle(forReadingAtPath: path) else {
-            return .failure(.unreadable(ServeChecks.whyUnreadable(path), line: 0))
+            return .failure(.unreadable(ServeChecks.whyUnreadable(path)))
         }
         defer { try? file.close() }
         var out: [Envelope] = []
@@ -35,7 +35,7 @@ enum JSONLinesFile {
                 pending.append(contentsOf: chunk)
             } catch {
                 let why = line == 0 ? ServeChecks.whyUnreadable(path) : "read failed after line \(line): \(error.localizedDescription)"
-                return .failure(.unreadable(why, line: line))
+                return .failure(.unreadable(why))
             }
             var start = pending.startIndex
             while start < pending.endIndex {

@@ -35,7 +35,7 @@ let replayCommand = Command(spec: CommandSpec(
     switch JSONLinesFile.envelopes(path) {
     case .success(let read):
         envelopes = read
-    case .failure(.unreadable(let why, _)):
+    case .failure(.unreadable(let why)):
         io.err("flowscope replay: \(FlowScopeConfig.absolutePath(path)): \(why)\n")
         return ExitStatus.usage
     case .failure(.badLine(let line, let error)):

@@ -61,7 +61,7 @@ enum TrafficSource: Equatable {
         switch JSONLinesFile.envelopes(path, chunkSize: chunkSize) {
         case .success(let envelopes):
             return .success(envelopes)
-        case .failure(.unreadable(let why, _)):
+        case .failure(.unreadable(let why)):
             return .failure(TrafficSourceError("--from \(shown): \(why)"))
         case .failure(.badLine(let line, let error)):
             return .failure(TrafficSourceError("--from \(shown): line \(line): \(error.description) "

@@ -144,37 +144,48 @@ extension ServerConfig {
     /// address or localhost, got "x"`. An IPv4-mapped address (`::ffff:127.0.0.1`) is refused with
     /// its IPv4 spelling: the server's IPv6 sockets are IPv6-only, so the kernel would refuse it.
     public static func bindProblem(_ bind: String) -> String? {
+        if case .refused(let problem) = parse(bind: bind) { problem } else { nil }
+    }
+
+    /// `bind` as the server listens on it, or why it cannot.
+    enum ParsedBind {
+        case v4(in_addr), v6(in6_addr), refused(String)
+    }
+
+    /// The one parse of `bind`, for the checks and for the start.
+    static func parse(bind: String) -> ParsedBind {
         let host = bind == "localhost" ? "127.0.0.1" : bind
         var v4 = in_addr(), v6 = in6_addr()
-        if inet_pton(AF_INET, host, &v4) == 1 { return nil }
+        if inet_pton(AF_INET, host, &v4) == 1 { return .v4(v4) }
         guard inet_pton(AF_INET6, host, &v6) == 1 else {
-            return "expected an IPv4 or IPv6 address or localhost, got \"\(bind)\""
+            return .refused("expected an IPv4 or IPv6 address or localhost, got \"\(bind)\"")
         }
         let bytes = withUnsafeBytes(of: &v6) { Array($0) }
-        guard bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF else { return nil }
+        guard bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF else { return .v6(v6) }
         let ipv4 = bytes[12...].map(String.init).joined(separator: ".")
-        return "\"\(bind)\" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write \(ipv4)"
+        return .refused("\"\(bind)\" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write \(ipv4)")
     }
 }
 
 /// The listening socket, opened by us so that port 0 can be read back and IPv6 works alike.
 enum ListeningSocket {
     static func open(bind: String, port: Int) throws(ServerStartError) -> (fd: Int32, port: Int) {
-        if let problem = ServerConfig.bindProblem(bind) { throw ServerStartError("server.bind: \(problem)") }
-        let host = bind == "localhost" ? "127.0.0.1" : bind
         var v4 = sockaddr_in()
         var v6 = sockaddr_in6()
         let family: Int32
-        if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+        switch ServerConfig.parse(bind: bind) {
+        case .refused(let problem):
+            throw ServerStartError("server.bind: \(problem)")
+        case .v4(let address):
             family = AF_INET
             v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_addr = address
             v4.sin_port = in_port_t(UInt16(port).bigEndian)
-        } else if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+        case .v6(let address):
             family = AF_INET6
             v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_addr = address
             v6.sin6_port = in_port_t(UInt16(port).bigEndian)
-        } else {
-            throw ServerStartError("server.bind: expected an IPv4 or IPv6 address or localhost, got \"\(bind)\"")
         }
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ServerStartError("cannot create a socket: \(StateDirectory.describe(errno: errno))") }
