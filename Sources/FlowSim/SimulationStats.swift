@@ -46,25 +46,34 @@ public struct SimulationRandom: Sendable {
 /// exact zero, count, sum and max: percentiles with bounded memory, merged by adding counts (so a
 /// merge gives the same numbers in any order).
 ///
-/// It keeps only the buckets from its smallest value's to its largest's (at most 3,700 of 16 bytes),
-/// so the strategy lab's per-placement histograms cost what their values span, not 3,700 buckets
-/// each. The range depends only on the values added, whatever the order or merges, so equal
-/// contents compare equal.
+/// Its buckets are kept two ways. While few of the buckets from its smallest value's to its largest's
+/// hold a value, it keeps only those (sorted, found by binary search): the strategy lab's
+/// per-placement histograms, a few hundred values each over thousands of buckets, then cost what
+/// they hold. Once half the range is held it keeps the whole range (found by index, empty buckets
+/// included), and goes back to the held buckets alone when a far value would make a quarter of it
+/// held: never more than four times the memory of the buckets held. Equality and hashing look at
+/// the contents only, however they are kept.
 public struct DurationHistogram: Sendable, Hashable {
     static let minValue = 1e-4
     static let ratio = 1.005
     static let bucketCount = 3700
     private static let logRatio = log(ratio)
 
-    /// One bucket: how many values fell in it, and the largest of them (quantiles report observed
-    /// values). Together, so that adding a value touches one place in memory.
+    /// One bucket: its index, how many values fell in it, and the largest of them (quantiles report
+    /// observed values). Together, so that adding a value touches one place in memory (16 bytes).
     struct Cell: Sendable, Hashable {
+        var bucket: Int32
         var count: UInt32 = 0
         var max: Double = 0
     }
-    /// Buckets `first ..< first + cells.count`; empty until a value above zero is added.
-    private(set) var cells: [Cell] = []
-    private(set) var first = 0
+    /// The buckets kept, by increasing index: only those holding a value while `dense` is false,
+    /// every bucket from the first to the last once it is true (bucket `i` at `i - cells[0].bucket`).
+    private var cells: [Cell] = []
+    private var dense = false
+    /// How many buckets hold a value.
+    private var held = 0
+    /// Below this many buckets held, only those are kept, whatever the range.
+    private static let sparseUpTo = 16
     /// Values exactly 0 (or below 0.1 ms).
     public private(set) var zeros: Int = 0
     public private(set) var count: Int = 0
@@ -97,23 +106,73 @@ public struct DurationHistogram: Sendable, Hashable {
         if v > max { max = v }
         if v < min { min = v }
         guard let i = bucket else { zeros += 1; return }
-        if i < first || i >= first + cells.count { cover(i) }
-        cells[i - first].count &+= 1
-        if v > cells[i - first].max { cells[i - first].max = v }
+        add(Cell(bucket: Int32(i), count: 1, max: v))
     }
 
-    /// Grows the range of buckets kept to include bucket `i`.
+    /// Adds a bucket's count and maximum to the bucket of the same index.
+    private mutating func add(_ cell: Cell) {
+        let i = Int(cell.bucket)
+        if dense {
+            let first = Int(cells[0].bucket), last = Int(cells[cells.count - 1].bucket)
+            if i < first || i > last {
+                // A bucket outside the range: the range is kept only while a quarter of it is held.
+                let span = Swift.max(last, i) - Swift.min(first, i) + 1
+                if (held + 1) * 4 < span { makeSparse() } else { cover(i) }
+            }
+        }
+        if dense {
+            let k = i - Int(cells[0].bucket)
+            if cells[k].count == 0 { held += 1 }
+            cells[k].count &+= cell.count
+            if cell.max > cells[k].max { cells[k].max = cell.max }
+            return
+        }
+        var lo = 0, hi = cells.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if Int(cells[mid].bucket) < i { lo = mid + 1 } else { hi = mid }
+        }
+        if lo < cells.count, Int(cells[lo].bucket) == i {
+            cells[lo].count &+= cell.count
+            if cell.max > cells[lo].max { cells[lo].max = cell.max }
+            return
+        }
+        cells.insert(cell, at: lo)
+        held += 1
+        let span = Int(cells[cells.count - 1].bucket) - Int(cells[0].bucket) + 1
+        if held >= Self.sparseUpTo, held * 2 >= span { makeDense(span: span) }
+    }
+
+    /// Switches to keeping every bucket of the range.
+    private mutating func makeDense(span: Int) {
+        let first = Int(cells[0].bucket)
+        var all = (0..<span).map { Cell(bucket: Int32(first + $0)) }
+        for cell in cells { all[Int(cell.bucket) - first] = cell }
+        cells = all
+        dense = true
+    }
+
+    /// Switches to keeping only the buckets held.
+    private mutating func makeSparse() {
+        cells = Array(heldCells)
+        dense = false
+    }
+
+    /// Grows the range of a dense histogram to include bucket `i`.
     private mutating func cover(_ i: Int) {
-        if cells.isEmpty {
-            first = i
-            cells = [Cell()]
-        } else if i < first {
-            cells.insert(contentsOf: repeatElement(Cell(), count: first - i), at: 0)
-            first = i
-        } else if i >= first + cells.count {
-            cells.append(contentsOf: repeatElement(Cell(), count: i - first - cells.count + 1))
+        let first = Int(cells[0].bucket), last = Int(cells[cells.count - 1].bucket)
+        if i < first {
+            cells.insert(contentsOf: (i..<first).map { Cell(bucket: Int32($0)) }, at: 0)
+        } else if i > last {
+            cells.append(contentsOf: (last + 1...i).map { Cell(bucket: Int32($0)) })
         }
     }
+
+    /// How many buckets are kept, and whether the whole range is (for tests of the storage).
+    var storage: (buckets: Int, dense: Bool) { (cells.count, dense) }
+
+    /// The buckets holding a value, by increasing index.
+    private var heldCells: some Sequence<Cell> { cells.lazy.filter { $0.count > 0 } }
 
     /// Adds every value of another histogram.
     public mutating func merge(_ other: DurationHistogram) {
@@ -121,14 +180,17 @@ public struct DurationHistogram: Sendable, Hashable {
         zeros += other.zeros
         max = Swift.max(max, other.max)
         min = Swift.min(min, other.min)
-        guard !other.cells.isEmpty else { return }
-        cover(other.first)
-        cover(other.first + other.cells.count - 1)
-        for j in other.cells.indices where other.cells[j].count > 0 {
-            let k = other.first + j - first
-            cells[k].count &+= other.cells[j].count
-            cells[k].max = Swift.max(cells[k].max, other.cells[j].max)
-        }
+        for cell in other.heldCells { add(cell) }
+    }
+
+    public static func == (a: DurationHistogram, b: DurationHistogram) -> Bool {
+        a.count == b.count && a.zeros == b.zeros && a.max == b.max && a.min == b.min && a.heldCells.elementsEqual(b.heldCells)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(count)
+        hasher.combine(zeros)
+        for cell in heldCells { hasher.combine(cell) }
     }
 
     /// The value of rank `k` (1-based, nearest rank), to the bucket's resolution: the largest value
@@ -138,7 +200,7 @@ public struct DurationHistogram: Sendable, Hashable {
         let k = Swift.max(1, Swift.min(k, count))
         if k <= zeros { return Swift.max(min, 0) > Self.minValue ? 0 : Swift.max(min, 0) }
         var seen = zeros
-        for cell in cells {
+        for cell in heldCells {
             seen += Int(cell.count)
             if seen >= k { return cell.max }
         }

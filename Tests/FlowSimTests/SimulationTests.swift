@@ -256,6 +256,27 @@ struct SimulationTests {
         var lh = low; lh.merge(high)
         var hl = high; hl.merge(low)
         #expect(lh == hl && lh.count == 100 && lh.quantile(0.5) == low.max && lh.quantile(1) == high.max)
+        // Few values far apart keep only their buckets; a cluster keeps its whole range, and a value
+        // far from it goes back to the buckets held. The same contents kept either way are equal.
+        var spread = DurationHistogram()
+        for i in 0..<10 { spread.add(0.001 * pow(10, Double(i) / 2)) }
+        #expect(spread.storage == (10, false) && spread.quantile(0.5) == 0.001 * pow(10, 2))
+        var cluster = DurationHistogram(), outlierFirst = DurationHistogram()
+        let clustered = (0..<40).map { 1 + Double($0) * 0.01 }
+        for v in clustered { cluster.add(v) }
+        #expect(cluster.storage.dense)
+        var near = cluster; near.add(1.6)
+        #expect(near.storage.dense)
+        var far = cluster; far.add(500)
+        outlierFirst.add(500)
+        for v in clustered { outlierFirst.add(v) }
+        #expect(!far.storage.dense && far.storage.buckets < 50 && !outlierFirst.storage.dense)
+        #expect(near != cluster && far == outlierFirst && far.hashValue == outlierFirst.hashValue)
+        #expect(far.value(rank: 20) == cluster.value(rank: 20) && far.quantile(1) == 500)
+        var sparseIntoDense = cluster; sparseIntoDense.merge(spread)
+        var denseIntoSparse = spread; denseIntoSparse.merge(cluster)
+        #expect(sparseIntoDense == denseIntoSparse && sparseIntoDense.count == 50)
+        #expect(sparseIntoDense.quantile(0.5) == denseIntoSparse.quantile(0.5))
         values.sort()
         for q in [0.05, 0.5, 0.95, 0.99] {
             let exact = values[Int((q * Double(values.count)).rounded(.up)) - 1]
