@@ -50,9 +50,9 @@ public struct SimulationRandom: Sendable {
 /// hold a value, it keeps only those (sorted, found by binary search): the strategy lab's
 /// per-placement histograms, a few hundred values each over thousands of buckets, then cost what
 /// they hold. Once half the range is held it keeps the whole range (found by index, empty buckets
-/// included), and goes back to the held buckets alone when a far value would make a quarter of it
-/// held: never more than four times the memory of the buckets held. Equality and hashing look at
-/// the contents only, however they are kept.
+/// included), and goes back to the held buckets alone when a far value would leave less than a
+/// quarter of it held: never more than four times the memory of the buckets held. Equality and
+/// hashing look at the contents only, however they are kept.
 public struct DurationHistogram: Sendable, Hashable {
     static let minValue = 1e-4
     static let ratio = 1.005
@@ -67,9 +67,11 @@ public struct DurationHistogram: Sendable, Hashable {
         var max: Double = 0
     }
     /// The buckets kept, by increasing index: only those holding a value while `dense` is false,
-    /// every bucket from the first to the last once it is true (bucket `i` at `i - cells[0].bucket`).
+    /// every bucket from the first to the last once it is true (bucket `i` at `i - first`).
     private var cells: [Cell] = []
     private var dense = false
+    /// While dense: the bucket of `cells[0]`.
+    private var first = 0
     /// How many buckets hold a value.
     private var held = 0
     /// Below this many buckets held, only those are kept, whatever the range.
@@ -113,15 +115,14 @@ public struct DurationHistogram: Sendable, Hashable {
     private mutating func add(_ cell: Cell) {
         let i = Int(cell.bucket)
         if dense {
-            let first = Int(cells[0].bucket), last = Int(cells[cells.count - 1].bucket)
-            if i < first || i > last {
-                // A bucket outside the range: the range is kept only while a quarter of it is held.
-                let span = Swift.max(last, i) - Swift.min(first, i) + 1
+            if i < first || i >= first + cells.count {
+                // Outside the range: the range is kept only while a quarter of it is held.
+                let span = Swift.max(first + cells.count, i + 1) - Swift.min(first, i)
                 if (held + 1) * 4 < span { makeSparse() } else { cover(i) }
             }
         }
         if dense {
-            let k = i - Int(cells[0].bucket)
+            let k = i - first
             if cells[k].count == 0 { held += 1 }
             cells[k].count &+= cell.count
             if cell.max > cells[k].max { cells[k].max = cell.max }
@@ -149,6 +150,7 @@ public struct DurationHistogram: Sendable, Hashable {
         var all = (0..<span).map { Cell(bucket: Int32(first + $0)) }
         for cell in cells { all[Int(cell.bucket) - first] = cell }
         cells = all
+        self.first = first
         dense = true
     }
 
@@ -160,9 +162,10 @@ public struct DurationHistogram: Sendable, Hashable {
 
     /// Grows the range of a dense histogram to include bucket `i`.
     private mutating func cover(_ i: Int) {
-        let first = Int(cells[0].bucket), last = Int(cells[cells.count - 1].bucket)
+        let last = first + cells.count - 1
         if i < first {
             cells.insert(contentsOf: (i..<first).map { Cell(bucket: Int32($0)) }, at: 0)
+            first = i
         } else if i > last {
             cells.append(contentsOf: (last + 1...i).map { Cell(bucket: Int32($0)) })
         }
