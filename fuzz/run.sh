@@ -44,17 +44,24 @@ for arg in "$@"; do
 done
 [[ ${#targets[@]} -eq 0 ]] && targets=("${ALL_TARGETS[@]}")
 
+# The package's modules are built with the sanitizers other than `fuzzer` plus explicit coverage
+# flags: `--sanitize=fuzzer` would link libFuzzer's `main` into the package's executables (the
+# EmbedAssets build tool among them) and fail. libFuzzer itself comes in when each target is linked.
 sanitize_flags=()
 IFS=',' read -ra sanitizers <<< "$SANITIZERS"
-for s in "${sanitizers[@]}"; do sanitize_flags+=(--sanitize="$s"); done
+for s in "${sanitizers[@]}"; do [[ $s == fuzzer ]] || sanitize_flags+=(--sanitize="$s"); done
+if [[ ${#sanitize_flags[@]} -eq 0 ]]; then
+    echo "SANITIZERS=$SANITIZERS: name a sanitizer besides fuzzer (address or undefined); coverage instrumentation needs one" >&2
+    exit 2
+fi
 
 if [[ $no_build -eq 0 ]]; then
 echo "== building instrumented modules into $BUILD ($SANITIZERS)"
 swift build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
     -Xswiftc -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table --target FlowScopeCLI
 
-# Every module object but the executable's main.
-mapfile -t objects < <(find "$BUILD/release/" -path '*/flowscope.build' -prune -o -path '*.build/*.o' -print | grep -v -e 'Tests.build/' -e '/flowscope.build/' | sort)
+# Every library module object: not the executables' (flowscope's main, the asset embedding build tool).
+mapfile -t objects < <(find "$BUILD/release/" -path '*.build/*.o' -print | grep -v -e 'Tests.build/' -e '/flowscope.build/' -e '/AssetEmbedder[^/]*\.build/' | sort)
 [[ ${#objects[@]} -gt 0 ]] || { echo "no module objects found under $BUILD/release" >&2; exit 1; }
 
 mkdir -p "$BIN"
