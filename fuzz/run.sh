@@ -6,9 +6,10 @@
 #   fuzz/run.sh --build-only    build the binaries into .build/fuzz/bin and stop
 #   fuzz/run.sh --no-build      run the binaries already in .build/fuzz/bin
 #
-# Environment: RUNS (default 1000000 executions per target), MAX_TIME (seconds per target, default
-# 1800), MAX_LEN (bytes per input, default 65536), SANITIZERS (default fuzzer,address), TIMEOUT
-# (seconds one input may take before libFuzzer calls it a hang, default 10).
+# Environment: RUNS (default 1000000 executions per target; 0 runs each corpus once, as `make test`
+# does), MAX_TIME (seconds per target, default 1800), MAX_LEN (bytes per input, default 65536),
+# SANITIZERS (default fuzzer,address), TIMEOUT (seconds one input may take before libFuzzer calls it
+# a hang, default 10), SWIFT (the swift driver, default swift).
 #
 # How it builds: SwiftPM compiles the package's library modules with coverage instrumentation
 # (--sanitize=fuzzer/address plus an explicit -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table, which SwiftPM does not
@@ -57,7 +58,7 @@ fi
 
 if [[ $no_build -eq 0 ]]; then
 echo "== building instrumented modules into $BUILD ($SANITIZERS)"
-swift build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
+"${SWIFT:-swift}" build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
     -Xswiftc -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table --target FlowScopeCLI
 
 # Every library module object: not the executables' (flowscope's main, the asset embedding build tool).
