@@ -12,10 +12,10 @@
 # a hang, default 10), SWIFT (the swift driver, default swift).
 #
 # How it builds: SwiftPM compiles the package's library modules with coverage instrumentation
-# (--sanitize=fuzzer/address plus an explicit -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table, which SwiftPM does not
-# pass on its own; -enable-testing so internal decoders are reachable) into .build/fuzz;
-# each target file (plus targets/Support.swift) is then linked with swiftc -sanitize=fuzzer against
-# those objects, leaving out the flowscope executable's main. New inputs libFuzzer finds go to
+# (the sanitizers but fuzzer, plus -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table;
+# -enable-testing so internal decoders are reachable) into .build/fuzz; each target file (plus
+# targets/Support.swift) is then linked with swiftc -sanitize=fuzzer,... against those objects,
+# leaving out the executables' (flowscope's main, the asset embedder). New inputs libFuzzer finds go to
 # .build/fuzz/corpus/<target> (the committed seed corpus is read, never written); crashes are
 # written to .build/fuzz/crashes/<target>/, and the final stats line of each run to
 # .build/fuzz/logs/<target>.log.
@@ -39,7 +39,7 @@ for arg in "$@"; do
     case "$arg" in
         --build-only) build_only=1 ;;
         --no-build) no_build=1 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) targets+=("$arg") ;;
     esac
 done
