@@ -58,7 +58,7 @@ fi
 
 if [[ $no_build -eq 0 ]]; then
 echo "== building instrumented modules into $BUILD ($SANITIZERS)"
-"${SWIFT:-swift}" build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -enable-testing \
+"${SWIFT:-swift}" build -c release --build-path "$BUILD" "${sanitize_flags[@]}" -Xswiftc -use-ld=lld -Xswiftc -enable-testing \
     -Xswiftc -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table --target FlowScopeCLI
 
 # Every library module object: not the executables' (flowscope's main, the asset embedding build tool).
