@@ -15,7 +15,7 @@
 # (the sanitizers but fuzzer, plus -sanitize-coverage=edge,trace-cmp,inline-8bit-counters,pc-table;
 # -enable-testing so internal decoders are reachable) into .build/fuzz; each target file (plus
 # targets/Support.swift) is then linked with swiftc -sanitize=fuzzer,... against those objects,
-# leaving out the executables' (flowscope's main, the asset embedder). New inputs libFuzzer finds go to
+# leaving out the executables' objects (flowscope's main, the asset embedder). New inputs go to
 # .build/fuzz/corpus/<target> (the committed seed corpus is read, never written); crashes are
 # written to .build/fuzz/crashes/<target>/, and the final stats line of each run to
 # .build/fuzz/logs/<target>.log.
@@ -52,7 +52,7 @@ sanitize_flags=()
 IFS=',' read -ra sanitizers <<< "$SANITIZERS"
 for s in "${sanitizers[@]}"; do [[ $s == fuzzer ]] || sanitize_flags+=(--sanitize="$s"); done
 if [[ ${#sanitize_flags[@]} -eq 0 ]]; then
-    echo "SANITIZERS=$SANITIZERS: name a sanitizer besides fuzzer (address or undefined); coverage instrumentation needs one" >&2
+    echo "SANITIZERS=$SANITIZERS: name a sanitizer besides fuzzer (e.g. fuzzer,address): the coverage instrumentation needs one" >&2
     exit 2
 fi
 
