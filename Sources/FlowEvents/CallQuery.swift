@@ -1,149 +1,10 @@
 import FlowFetch
 import FlowJSON
 
-/// One top-level call (getFlow, getFlowOrDefault, preloadFlows, ...): the events of one trace, folded.
-public struct CallSummary: Sendable, Equatable {
-    /// The trace id, 32 lowercase hex characters.
-    public var trace: String
-    /// The run its events belong to.
-    public var run: String
-    /// `getFlow`, `getFlowOrDefault`, ... or `preloadFlows` (the `call` attribute of its start or end).
-    public var call: String?
-    /// The placement of a fetch; nil for a preload (see `placements`).
-    public var placement: String?
-    /// The placements a preload names (`placements`, `succeeded`, `failed`); empty for a fetch.
-    public var placements: [String] = []
-    /// fetch.end's source (`network`, `cache`, `defaultAudience`, `fallbackFile`); nil for an error or a preload.
-    public var source: String?
-    /// fetch.end's audience and variation.
-    public var audience: String?
-    public var variation: String?
-    /// fetch.end's targetingLost.
-    public var targetingLost = false
-    /// fetch.end's (or an aborted preload's) error code, nil when it has none.
-    public var errorCode: JSONValue?
-    /// A preload's failed placements and their codes.
-    public var failed: [String: JSONValue] = [:]
-    /// The end event's `duration`, else end minus start on the engine clock; nil while in progress.
-    public var duration: Double?
-    /// Wall clock of the call's first event (its start when held), seconds since 1970.
-    public var start: Double
-    /// Engine clock of the start (else the first event held) and of the last event held.
-    public var startT: Double
-    public var endT: Double
-    /// Whether its start event (fetch.start, preload.start) is held.
-    public var hasStart = false
-    /// Whether its end event (fetch.end, preload.end) is held.
-    public var finished = false
-    /// timeout, fallback and request.start events, and all its events held.
-    public var timeouts = 0
-    public var fallbacks = 0
-    public var requests = 0
-    public var events = 0
-    /// Seq of its first and last event held.
-    public var firstSeq: UInt64
-    public var lastSeq: UInt64
-
-    /// Whether it failed: an error code, or a preload with a failed placement.
-    public var isError: Bool { errorCode != nil || !failed.isEmpty }
-
-    /// Every placement it concerns: its own, or the ones a preload names.
-    public var allPlacements: [String] { placement.map { [$0] } ?? placements }
-
-    /// The JSON object of `GET /api/calls`.
-    public var jsonValue: JSONValue {
-        var o: [String: JSONValue] = [
-            "trace": .string(trace), "run": .string(run), "call": call.map(JSONValue.string) ?? .null,
-            "placement": placement.map(JSONValue.string) ?? .null,
-            "source": source.map(JSONValue.string) ?? .null, "audience": audience.map(JSONValue.string) ?? .null,
-            "variation": variation.map(JSONValue.string) ?? .null, "targetingLost": .bool(targetingLost),
-            "errorCode": errorCode ?? .null, "duration": duration.map(JSONValue.number) ?? .null,
-            "start": .string(ISO8601.format(start)), "startT": .number(startT), "endT": .number(endT),
-            "finished": .bool(finished), "timeouts": .number(Double(timeouts)), "fallbacks": .number(Double(fallbacks)),
-            "requests": .number(Double(requests)), "events": .number(Double(events)),
-            "firstSeq": .number(Double(firstSeq)), "lastSeq": .number(Double(lastSeq)),
-        ]
-        if !placements.isEmpty { o["placements"] = .array(placements.map(JSONValue.string)) }
-        if !failed.isEmpty { o["failed"] = .object(failed) }
-        return .object(o)
-    }
-
-    /// Folds envelopes (any order) into calls by trace, newest call (highest last seq) first. Traces
-    /// with neither a start nor an end event (fetch.*, preload.*) are not calls and are left out.
-    public static func fold(_ envelopes: [Envelope]) -> [CallSummary] {
-        var byTrace: [TraceID: Int] = [:]
-        var calls: [CallSummary] = []
-        var isCall: [Bool] = []
-        for e in envelopes.sorted(by: { $0.seq < $1.seq }) {
-            let index: Int
-            if let i = byTrace[e.trace] {
-                index = i
-            } else {
-                index = calls.count
-                byTrace[e.trace] = index
-                calls.append(CallSummary(trace: e.trace.hex, run: e.run, placement: e.placement, start: e.ts, startT: e.t,
-                                         endT: e.t, firstSeq: e.seq, lastSeq: e.seq))
-                isCall.append(false)
-            }
-            if calls[index].add(e) { isCall[index] = true }
-        }
-        return zip(calls, isCall).filter(\.1).map(\.0).sorted { $0.lastSeq > $1.lastSeq }
-    }
-
-    /// Adds one event (in seq order); true when it is a start or end event.
-    private mutating func add(_ e: Envelope) -> Bool {
-        events += 1
-        lastSeq = max(lastSeq, e.seq)
-        startT = min(startT, e.t)
-        endT = max(endT, e.t)
-        let a = e.attrs
-        switch e.name {
-        case .fetchStart, .preloadStart:
-            hasStart = true
-            start = e.ts
-            startT = e.t
-            call = a["call"]?.stringValue ?? (e.name == .preloadStart ? "preloadFlows" : call)
-            if let p = e.placement { placement = p }
-            addNamed(a["placements"])
-            return true
-        case .fetchEnd, .preloadEnd:
-            finished = true
-            if call == nil { call = a["call"]?.stringValue ?? (e.name == .preloadEnd ? "preloadFlows" : nil) }
-            if e.name == .fetchEnd {
-                if let p = e.placement { placement = p }
-                source = a["source"]?.stringValue
-                audience = a["audience"]?.stringValue
-                variation = a["variation"]?.stringValue
-                targetingLost = a["targetingLost"]?.boolValue ?? false
-            } else {
-                addNamed(a["succeeded"])
-                failed = a["failed"]?.objectValue ?? [:]
-                addNamed(.array(failed.keys.sorted().map(JSONValue.string)))
-            }
-            if let code = a["errorCode"], code != .null { errorCode = code }
-            if let d = a["duration"]?.numberValue, d.isFinite { duration = d } else { duration = max(0, e.t - startT) }
-            return true
-        case .requestStart:
-            requests += 1
-        case .timeout:
-            timeouts += 1
-        case .fallback:
-            fallbacks += 1
-        default:
-            break
-        }
-        return false
-    }
-
-    private mutating func addNamed(_ value: JSONValue?) {
-        for v in value?.arrayValue ?? [] {
-            if let p = v.stringValue, !placements.contains(p) { placements.append(p) }
-        }
-    }
-
+extension Call {
     /// The call's fields, event names and attribute values as lower-cased text, for free-text search.
     func searchText(events: [Envelope]) -> String {
-        var parts = [trace, run, call ?? "", source ?? "", audience ?? "", variation ?? "", errorCode?.jsonText ?? ""]
+        var parts = [trace, run, name ?? "", source ?? "", audience ?? "", variation ?? "", errorCode?.jsonText ?? ""]
         parts += allPlacements
         if targetingLost { parts.append("targetingLost") }
         for e in events {
@@ -296,10 +157,10 @@ public struct CallFilter: Sendable, Equatable {
     }
 
     /// Whether a call passes every filter; `events` are its envelopes (for the free text only).
-    public func matches(_ c: CallSummary, events: [Envelope] = []) -> Bool {
+    public func matches(_ c: Call, events: [Envelope] = []) -> Bool {
         if let run, c.run != run { return false }
         if let placement, !c.allPlacements.contains(placement) { return false }
-        if let call, c.call != call { return false }
+        if let call, c.name != call { return false }
         if let source, c.source != source { return false }
         if let audience, c.audience != audience { return false }
         if let variation, c.variation != variation { return false }
@@ -325,7 +186,7 @@ public struct CallFilter: Sendable, Equatable {
 
     /// The call's error codes as this filter sees them: its own error code, and the codes of a
     /// preload's failed placements (with `placement` set, that placement's only).
-    public func failures(of c: CallSummary) -> [JSONValue] {
+    public func failures(of c: Call) -> [JSONValue] {
         var codes = c.errorCode.map { [$0] } ?? []
         if let placement { codes += c.failed[placement].map { [$0] } ?? [] } else { codes += c.failed.keys.sorted().compactMap { c.failed[$0] } }
         return codes
@@ -356,95 +217,105 @@ public struct CallQueryError: Error, Sendable, Equatable, CustomStringConvertibl
     public var description: String { message }
 }
 
-/// Queries over an event store's newest events: calls that pass a filter, with their statistics, and
-/// the events of those calls. Reads at most `window` newest events (of the run when one is given).
+/// Queries over an event store's newest events: calls that pass a filter, with their statistics
+/// (``CallStatistics``), and the events of those calls. Reads at most `window` newest events (of
+/// the run when one is given); every answer says which events it covers.
 public struct CallQuery: Sendable {
     /// Most events read per query.
     public var window: Int
+    /// Bounds of the placements answer.
+    public var bounds: CallStatistics.Bounds
     /// A query reading at most `window` events (at least 1).
-    public init(window: Int = 20_000) { self.window = max(1, window) }
+    public init(window: Int = 20_000, bounds: CallStatistics.Bounds = CallStatistics.Bounds()) {
+        self.window = max(1, window)
+        self.bounds = bounds
+    }
+
+    /// One finished fetch's duration, as the dashboard's histogram draws it.
+    public struct Sample: Sendable, Hashable {
+        /// Seconds.
+        public var duration: Double
+        /// Its source, `error` when it failed (`other` without one).
+        public var source: String
+        public var trace: String
+        public var placement: String?
+    }
 
     /// The answer to a calls query.
     public struct Result: Sendable {
         /// Matching calls, newest first, at most the limit.
-        public var calls: [CallSummary]
-        /// Calls that matched (before the limit), calls and events read, and whether the window was full
-        /// (older events exist that were not read).
+        public var calls: [Call]
+        /// Calls that matched (before the limit).
         public var matched: Int
-        public var scannedCalls: Int
-        public var scannedEvents: Int
-        public var windowFull: Bool
-        /// Over every matched call: duration percentiles (nearest rank), counts by source, errors
-        /// (failed fetches plus failed preload placements), timeouts, targeting lost, and each finished
-        /// call's duration with its source (`error` when it failed, `preload` for a preload), trace and
-        /// placement (a preload's first), newest first: what the dashboard's histogram draws.
-        public var p50: Double?
-        public var p95: Double?
-        public var sources: [String: Int]
-        public var errors: Int
-        public var timeouts: Int
-        public var targetingLost: Int
-        public var durations: [(duration: Double, source: String, trace: String, placement: String?)]
+        /// The events read.
+        public var coverage: Coverage
+        /// Totals over every matched call (with the filter's placement: what concerns it).
+        public var totals: CallTotals
+        /// The duration of each matched fetch that ended, newest first: the samples of `totals.duration`.
+        public var durations: [Sample]
+    }
+
+    /// The answer to a placements query.
+    public struct Placements: Sendable {
+        /// The run asked for.
+        public var run: String?
+        /// Per placement, over the matching calls, sorted by placement.
+        public var placements: [PlacementStatistics]
+        /// Calls that matched.
+        public var matched: Int
+        /// The events read.
+        public var coverage: Coverage
+    }
+
+    /// The newest `window` events of `run` (every run when nil), oldest first, and whether they are
+    /// all the store holds.
+    public func read(_ store: any EventStore, run: String?) -> (events: [Envelope], complete: Bool) {
+        let events = store.events(since: nil, limit: window, run: run, placement: nil, name: nil)
+        return (events, events.count < window)
     }
 
     /// The matching calls of `store`, newest first, at most `limit`.
     public func calls(in store: any EventStore, filter: CallFilter, limit: Int) -> Result {
-        let events = store.events(since: nil, limit: window, run: filter.run, placement: nil, name: nil)
-        return Self.calls(in: events, filter: filter, limit: limit, windowFull: events.count >= window)
+        let (events, complete) = read(store, run: filter.run)
+        return Self.calls(in: events, filter: filter, limit: limit, complete: complete)
     }
 
-    /// The matching calls of `events`, newest first, at most `limit`.
-    public static func calls(in events: [Envelope], filter: CallFilter, limit: Int, windowFull: Bool = false) -> Result {
-        let all = CallSummary.fold(events)
-        let byTrace = filter.text == nil ? [:] : Dictionary(grouping: events, by: { $0.trace.hex })
-        let matched = all.filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
-        var sources: [String: Int] = [:]
-        var errors = 0, timeouts = 0, lost = 0
-        var durations: [(duration: Double, source: String, trace: String, placement: String?)] = []
-        for c in matched {
-            if let s = c.source, c.errorCode == nil { sources[s, default: 0] += 1 }
-            // A preload counts each failed placement (of the filter's placement only, when it has one).
-            let failures = filter.failures(of: c)
-            errors += c.failed.isEmpty ? failures.count : failures.count - (c.errorCode == nil ? 0 : 1)
-            timeouts += c.timeouts
-            if c.targetingLost { lost += 1 }
-            if c.finished, let d = c.duration {
-                let kind = !failures.isEmpty ? "error" : c.call?.hasPrefix("preload") == true ? "preload" : (c.source ?? "other")
-                durations.append((d, kind, c.trace, c.placement ?? c.placements.first))
-            }
+    /// The matching calls of `events` (oldest first), newest first, at most `limit`.
+    public static func calls(in events: [Envelope], filter: CallFilter, limit: Int, complete: Bool = true) -> Result {
+        let all = CallFold.calls(events)
+        let matched = match(all, events: events, filter: filter)
+        var samples: [Sample] = []
+        for c in matched where c.kind == .fetch && c.finished && (filter.placement == nil || c.placement == filter.placement) {
+            guard let d = c.duration else { continue }
+            samples.append(Sample(duration: d, source: c.errorCode != nil ? "error" : (c.source ?? "other"), trace: c.trace,
+                                  placement: c.placement))
         }
-        let sorted = durations.map(\.duration).sorted()
-        func rank(_ q: Double) -> Double? { PlacementSummary.nearestRank(sorted, q) }
-        return Result(calls: Array(matched.prefix(max(0, limit))), matched: matched.count, scannedCalls: all.count,
-                      scannedEvents: events.count, windowFull: windowFull, p50: rank(0.5), p95: rank(0.95), sources: sources,
-                      errors: errors, timeouts: timeouts, targetingLost: lost, durations: durations)
+        return Result(calls: Array(matched.prefix(max(0, limit))), matched: matched.count,
+                      coverage: Coverage(events: events, calls: all.count, complete: complete),
+                      totals: CallStatistics.totals(matched, placement: filter.placement), durations: samples)
     }
 
     /// The placements table over the calls of `store` that pass `filter` (see the static variant).
-    public func placements(in store: any EventStore, filter: CallFilter) -> JSONValue {
-        let events = store.events(since: nil, limit: window, run: filter.run, placement: nil, name: nil)
-        return Self.placements(in: events, filter: filter, windowFull: events.count >= window)
+    public func placements(in store: any EventStore, filter: CallFilter) -> Placements {
+        let (events, complete) = read(store, run: filter.run)
+        return Self.placements(in: events, filter: filter, complete: complete, bounds: bounds)
     }
 
-    /// The body of `GET /api/placements` with filters: per placement, over the matching calls that
-    /// concern it (a preload counts for each placement it names; with `placement` set, for that one
-    /// only): `calls`, `fetches` (the fetch calls among them), `sources` (successful fetches),
-    /// `errors` (failed fetches, preloads that failed the placement), `targetingLost`, `timeouts`
-    /// (timeout events of the placement), `duration` (p50/p95 nearest rank of the finished calls,
-    /// `samples`) and `lastPreloadError`. `{"run", "placements": [...], "counts": {"matched", "windowFull"}}`.
-    public static func placements(in events: [Envelope], filter: CallFilter, windowFull: Bool = false) -> JSONValue {
-        let byTrace = Dictionary(grouping: events, by: { $0.trace.hex })
-        let matched = CallSummary.fold(events).filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
-        var rows: [String: PlacementRow] = [:]
-        for c in matched {
-            let own = byTrace[c.trace] ?? []
-            for p in filter.placement.map({ [$0] }) ?? c.allPlacements {
-                rows[p, default: PlacementRow()].add(c, placement: p, events: own)
-            }
-        }
-        let placements = rows.keys.sorted().compactMap { key in rows[key].map { $0.jsonValue(placement: key) } }
-        return ["run": filter.run.map(JSONValue.string) ?? .null, "placements": .array(placements),
-                "counts": ["matched": .number(Double(matched.count)), "windowFull": .bool(windowFull)]]
+    /// Per placement, the statistics of the matching calls of `events` that concern it (a preload
+    /// counts for each placement it names; with `placement` set, for that one only). No filter and
+    /// a filter that excludes nothing give the same answer.
+    public static func placements(in events: [Envelope], filter: CallFilter, complete: Bool = true,
+                                  bounds: CallStatistics.Bounds = CallStatistics.Bounds()) -> Placements {
+        let all = CallFold.calls(events)
+        let matched = match(all, events: events, filter: filter)
+        return Placements(run: filter.run, placements: CallStatistics.placements(matched, placement: filter.placement, bounds: bounds),
+                          matched: matched.count, coverage: Coverage(events: events, calls: all.count, complete: complete))
+    }
+
+    /// The calls of `all` that pass `filter`; `events` are theirs (for the free text).
+    private static func match(_ all: [Call], events: [Envelope], filter: CallFilter) -> [Call] {
+        let byTrace = filter.text == nil ? [:] : Dictionary(grouping: events, by: { $0.trace.hex })
+        return all.filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
     }
 
     /// The events of `store` that pass `filter`: with call filters, the events of the matching calls;
@@ -456,72 +327,12 @@ public struct CallQuery: Sendable {
         if filter.needsCalls {
             var calls = filter
             calls.placement = nil // event-level below: a preload's request events carry their own placement
-            let byTrace = filter.text == nil ? [:] : Dictionary(grouping: events, by: { $0.trace.hex })
-            traces = Set(CallSummary.fold(events).filter { calls.matches($0, events: byTrace[$0.trace] ?? []) }.map(\.trace))
+            traces = Set(Self.match(CallFold.calls(events), events: events, filter: calls).map(\.trace))
         }
         let kept = events.filter { e in
             (name == nil || e.name.rawValue == name) && filter.matchesEvent(e) && (traces?.contains(e.trace.hex) ?? true)
         }
         return since == nil ? Array(kept.suffix(max(0, limit))) : Array(kept.prefix(max(0, limit)))
-    }
-}
-
-/// One placement's totals over matching calls, for `CallQuery.placements`.
-private struct PlacementRow {
-    var calls = 0
-    var fetches = 0
-    var sources: [String: Int] = [:]
-    var errors = 0
-    var targetingLost = 0
-    var timeouts = 0
-    var durations: [Double] = []
-    var lastPreloadError: PreloadError?
-
-    /// Counts call `c` for `placement`; `events` are the call's envelopes.
-    mutating func add(_ c: CallSummary, placement: String, events: [Envelope]) {
-        calls += 1
-        if c.placement != nil {
-            fetches += 1
-            if c.errorCode != nil { errors += 1 } else if let s = c.source { sources[s, default: 0] += 1 }
-            if c.targetingLost { targetingLost += 1 }
-        } else if c.failed[placement] != nil || (c.failed.isEmpty && c.errorCode != nil) {
-            errors += 1
-        }
-        if c.finished, let d = c.duration { durations.append(d) }
-        for e in events where e.name == .timeout && (e.placement ?? c.placement) == placement { timeouts += 1 }
-        if let code = c.failed[placement], let end = events.last(where: { $0.name == .preloadEnd }),
-           end.seq > (lastPreloadError?.seq ?? 0) {
-            lastPreloadError = PreloadError(code: code, ts: end.ts, seq: end.seq)
-        }
-    }
-
-    /// The row as `GET /api/placements` answers it, with `calls`.
-    func jsonValue(placement: String) -> JSONValue {
-        PlacementSummary(placement: placement, calls: calls, fetches: fetches, sources: sources, errors: errors,
-                         targetingLost: targetingLost, timeouts: timeouts, durations: durations,
-                         lastPreloadError: lastPreloadError).jsonValue
-    }
-}
-
-extension CallQuery.Result {
-    /// The body of `GET /api/calls` (without `latestSeq` and `epoch`, which the server adds):
-    /// `{"calls": [...], "counts": {"matched", "returned", "scannedCalls", "scannedEvents", "windowFull"},
-    /// "stats": {"p50", "p95", "sources", "errors", "timeouts", "targetingLost", "durations": [[duration, source, trace, placement]]}}`.
-    public var jsonValue: JSONValue {
-        let counts: [String: JSONValue] = [
-            "matched": .number(Double(matched)), "returned": .number(Double(calls.count)),
-            "scannedCalls": .number(Double(scannedCalls)), "scannedEvents": .number(Double(scannedEvents)),
-            "windowFull": .bool(windowFull),
-        ]
-        let stats: [String: JSONValue] = [
-            "p50": p50.map(JSONValue.number) ?? .null, "p95": p95.map(JSONValue.number) ?? .null,
-            "sources": .object(sources.mapValues { .number(Double($0)) }), "errors": .number(Double(errors)),
-            "timeouts": .number(Double(timeouts)), "targetingLost": .number(Double(targetingLost)),
-            "durations": .array(durations.map {
-                [.number($0.duration), .string($0.source), .string($0.trace), $0.placement.map(JSONValue.string) ?? .null]
-            }),
-        ]
-        return ["calls": .array(calls.map(\.jsonValue)), "counts": .object(counts), "stats": .object(stats)]
     }
 }
 

@@ -1,18 +1,16 @@
-import FlowJSON
-
 /// Two event stores read as one: recent events from `primary` (the memory sink), and the runs it
 /// does not hold (forgotten past its limits, or from before a restart) from `archive` (the sqlite
 /// sink).
 ///
 /// A run belongs to the primary while `primary.holdsRun(id)`; otherwise its events, placements and
 /// detail come from the archive, with the archive's numbering (`seq`) throughout, so paging one
-/// run never mixes the two. `runsJSON` lists the primary's runs, then the archive's other runs,
-/// each marked `"stored": true`. Queries without a run, `latestSeq` and `follow` are the
+/// run never mixes the two. `runSummaries` lists the primary's runs, then the archive's other runs,
+/// each marked `stored`. Queries without a run, `latestSeq` and `follow` are the
 /// primary's (the live view).
 ///
 /// ```swift
 /// let store = LayeredEventStore(primary: memory, archive: sqlite)
-/// let runs = store.runsJSON()   // live runs, then stored ones with "stored": true
+/// let runs = store.runSummaries()   // live runs, then stored ones marked stored
 /// ```
 public struct LayeredEventStore: EventStore {
     /// The store of recent events and the live feed.
@@ -41,30 +39,24 @@ public struct LayeredEventStore: EventStore {
     /// The primary's newest seq.
     public var latestSeq: UInt64? { primary.latestSeq }
 
-    /// The run's placements from the store that answers for it; without a run, the primary's.
-    public func placementsJSON(run: String?) -> JSONValue { store(for: run).placementsJSON(run: run) }
-
-    /// The primary's runs, then the archive's runs the primary does not hold, with `"stored": true`.
-    public func runsJSON() -> [JSONValue] {
-        let recent = primary.runsJSON()
-        let ids = Set(recent.compactMap { $0["id"]?.stringValue })
-        let stored = archive.runsJSON().compactMap { run -> JSONValue? in
-            guard case .object(var object) = run, let id = object["id"]?.stringValue, !ids.contains(id) else { return nil }
-            object["stored"] = true
-            return .object(object)
+    /// The primary's runs, then the archive's runs the primary does not hold, marked `stored`.
+    public func runSummaries() -> [RunSummary] {
+        let recent = primary.runSummaries()
+        let ids = Set(recent.map(\.id))
+        let stored = archive.runSummaries().filter { !ids.contains($0.id) }.map { run in
+            var run = run
+            run.stored = true
+            return run
         }
         return recent + stored
     }
 
-    /// The primary's detail of `id`, else the archive's with `"stored": true` in its `run` object.
-    public func runJSON(id: String) -> JSONValue? {
-        if let detail = primary.runJSON(id: id) { return detail }
-        guard case .object(var detail)? = archive.runJSON(id: id) else { return nil }
-        if case .object(var run)? = detail["run"] {
-            run["stored"] = true
-            detail["run"] = .object(run)
-        }
-        return .object(detail)
+    /// The primary's detail of `id`, else the archive's, marked `stored`.
+    public func runDetail(id: String) -> RunDetail? {
+        if let detail = primary.runDetail(id: id) { return detail }
+        guard var detail = archive.runDetail(id: id) else { return nil }
+        detail.summary.stored = true
+        return detail
     }
 
     /// Held by either store.

@@ -7,31 +7,30 @@ public protocol MetricsExposing: Sendable {
     func exposition(accept: String?) -> (contentType: String, body: [UInt8])
 }
 
-/// An event store the dashboard API can query: recent events, their aggregates per run and
-/// placement, and a feed of new events. The `memory` sink is one, the `sqlite` sink another;
-/// `LayeredEventStore` reads one over the other.
+/// An event store the dashboard API can query: recent events, the runs it has seen, and a feed of
+/// new events. The `memory` sink is one, the `sqlite` sink another; `LayeredEventStore` reads one
+/// over the other. Calls and their statistics are not a store's: ``CallQuery`` folds the events a
+/// store answers, the same way for every store.
 public protocol EventStore: Sendable {
     /// Events newest last, filtered (nil: any). With `since`, the oldest `limit` events after it;
     /// without, the newest `limit`.
     func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope]
     /// The newest seq held, nil when empty.
     var latestSeq: UInt64? { get }
-    /// `GET /api/placements?run=`: `{"run": ..., "placements": [...]}`.
-    func placementsJSON(run: String?) -> JSONValue
-    /// `GET /api/runs`: each run's summary object (`{"id", "kind", ...}`).
-    func runsJSON() -> [JSONValue]
-    /// `GET /api/runs/{id}`: one run's detail, nil when unknown.
-    func runJSON(id: String) -> JSONValue?
+    /// Every run known, most recently active first.
+    func runSummaries() -> [RunSummary]
+    /// One run's summary and events by name, nil when unknown.
+    func runDetail(id: String) -> RunDetail?
     /// Calls `handler` with every batch of new events, in seq order, until the returned function
     /// is called.
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void
-    /// Whether the store knows run `id` (by default: `runJSON(id:)` is not nil).
+    /// Whether the store knows run `id` (by default: `runDetail(id:)` is not nil).
     func holdsRun(_ id: String) -> Bool
 }
 
 extension EventStore {
-    /// `runJSON(id:) != nil`; stores with a cheaper lookup implement their own.
-    public func holdsRun(_ id: String) -> Bool { runJSON(id: id) != nil }
+    /// `runDetail(id:) != nil`; stores with a cheaper lookup implement their own.
+    public func holdsRun(_ id: String) -> Bool { runDetail(id: id) != nil }
 }
 
 extension Envelope {

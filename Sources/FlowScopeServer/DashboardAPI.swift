@@ -85,22 +85,25 @@ public enum DashboardAPI {
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in
-            // Without filters (besides run): the run's totals as the store keeps them; with any, the
-            // totals over the matching calls.
+            // The read model's statistics over the matching calls: no filter and a filter that
+            // excludes nothing answer the same.
             let filter: CallFilter
             do throws(CallQueryError) { filter = try CallFilter.parse({ request.query($0) }, now: WallClock.now()) } catch { return .error(400, error.message) }
-            guard filter.placement != nil || filter.needsCalls else { return .json(store.placementsJSON(run: filter.run)) }
-            return .json(query.placements(in: store, filter: filter))
+            return .json(query.placements(in: store, filter: filter).jsonValue)
         }
         router.get("/api/runs") { _ in
-            var runs = store.runsJSON()
-            let live = Set(runs.compactMap { $0["id"]?.stringValue })
-            runs += simulations.list().filter { !live.contains($0["id"]?.stringValue ?? "") }
+            let summaries = store.runSummaries()
+            let live = Set(summaries.map(\.id))
+            let runs = summaries.map(\.jsonValue) + simulations.list().filter { !live.contains($0["id"]?.stringValue ?? "") }
             return .json(["runs": .array(runs)])
         }
         router.get("/api/runs/{id}") { request in
             let id = request.parameter("id") ?? ""
-            if let detail = store.runJSON(id: id) { return .json(detail) }
+            if let detail = store.runDetail(id: id) {
+                var filter = CallFilter()
+                filter.run = id
+                return .json(detail.jsonValue(placements: query.placements(in: store, filter: filter)))
+            }
             if let simulation = simulations.find(id) { return .json(simulation) }
             return .error(404, "no run \(JSONValue.string(id).jsonText)")
         }

@@ -1,19 +1,18 @@
-@_exported import FlowEvents  // the types of its query results (PlacementSummary, PreloadError)
+@_exported import FlowEvents  // the types of its query results (RunSummary, RunDetail)
 import FlowFetch
 import FlowJSON
 import Synchronization
 
-/// Keeps recent events in memory and per-run, per-placement aggregates: what the dashboard API
-/// (`/api/events`, `/api/events/stream`, `/api/placements`, `/api/runs`) reads.
+/// Keeps recent events in memory and per-run totals: what the dashboard API (`/api/events`,
+/// `/api/events/stream`, `/api/calls`, `/api/placements`, `/api/runs`) reads.
 ///
 /// The event ring holds the last `capacity` envelopes of every run; besides it, each of the `keptRuns`
 /// most recently active runs keeps its own last `runCapacity` envelopes, so a run's events stay
-/// queryable while other runs' newer events fill the shared ring. Aggregates are kept incrementally as
-/// events arrive, so they cover every event since start (not only those still in the ring), and
-/// are bounded: at most `maxRuns` runs (the least recently active non-live run is forgotten
-/// first), `maxPlacements` placements per run (more fold into `_other`), 16 fetch sources per
-/// placement (more fold into `_other`) and the last `durationSamples` fetch.end durations per
-/// placement for p50/p95. Every method is thread-safe.
+/// queryable while other runs' newer events fill the shared ring. Run totals (events, fetches,
+/// errors, events by name) are kept incrementally as events arrive, so they cover every event since
+/// start (not only those still held), for at most `maxRuns` runs (the least recently active non-live
+/// run is forgotten first). Calls and placement statistics are the read model's (`CallQuery`), over
+/// the events held. Every method is thread-safe.
 public final class MemorySink: EventSink, EventStore {
     /// The type name in the config's `sinks` list.
     public static let type = "memory"
@@ -22,12 +21,8 @@ public final class MemorySink: EventSink, EventStore {
     public let name: String
     /// Envelopes kept in the ring.
     public let capacity: Int
-    /// Fetch durations kept per placement and run for p50/p95.
-    public let durationSamples: Int
     /// Runs kept in the aggregates.
     public let maxRuns: Int
-    /// Placements kept per run; more fold into `_other`.
-    public let maxPlacements: Int
     /// Envelopes each run keeps of its own, besides the shared ring (0: none).
     public let runCapacity: Int
     /// Runs that keep envelopes of their own (the most recently active ones).
@@ -37,13 +32,11 @@ public final class MemorySink: EventSink, EventStore {
     private let subscribers = Mutex<Subscribers>(Subscribers())
 
     /// Creates a memory sink.
-    public init(name: String = "memory", capacity: Int = 10_000, durationSamples: Int = 1024, maxRuns: Int = 256,
-                maxPlacements: Int = 200, runCapacity: Int = 2000, keptRuns: Int = 32) {
+    public init(name: String = "memory", capacity: Int = 10_000, maxRuns: Int = 256, runCapacity: Int = 2000,
+                keptRuns: Int = 32) {
         self.name = name
         self.capacity = max(1, capacity)
-        self.durationSamples = max(1, durationSamples)
         self.maxRuns = max(1, maxRuns)
-        self.maxPlacements = max(1, maxPlacements)
         self.runCapacity = max(0, runCapacity)
         self.keptRuns = max(1, keptRuns)
         self.state = Mutex(MemoryState())
@@ -57,8 +50,7 @@ public final class MemorySink: EventSink, EventStore {
     /// Stores the batch, updates the aggregates, then calls every subscriber with the batch.
     public func consume(_ batch: [Envelope]) {
         guard !batch.isEmpty else { return }
-        let limits = Limits(capacity: capacity, durationSamples: durationSamples, maxRuns: maxRuns, maxPlacements: maxPlacements,
-                            runCapacity: runCapacity, keptRuns: keptRuns)
+        let limits = Limits(capacity: capacity, maxRuns: maxRuns, runCapacity: runCapacity, keptRuns: keptRuns)
         state.withLock { state in state.add(batch, limits: limits) }
         let handlers = subscribers.withLock { Array($0.handlers.values) }
         for handler in handlers { handler(batch) }
@@ -120,21 +112,6 @@ public final class MemorySink: EventSink, EventStore {
     /// Envelopes in the ring now.
     public var count: Int { state.withLock { $0.ring.count } }
 
-    /// Per-placement aggregates of `run`, or of every run merged when `run` is nil; sorted by
-    /// placement. Empty for an unknown run.
-    public func placements(run: String? = nil) -> [PlacementSummary] {
-        state.withLock { state in
-            if let run {
-                return state.runs[run].map { $0.placementSummaries() } ?? []
-            }
-            var merged: [String: PlacementAggregate] = [:]
-            for (_, aggregate) in state.runs {
-                for (placement, p) in aggregate.placements { merged[placement, default: PlacementAggregate()].merge(p) }
-            }
-            return merged.keys.sorted().compactMap { key in merged[key]?.summary(placement: key) }
-        }
-    }
-
     /// Every run known, most recently active first.
     public func runs() -> [RunSummary] {
         state.withLock { state in
@@ -144,12 +121,11 @@ public final class MemorySink: EventSink, EventStore {
         }
     }
 
-    /// One run's summary, placements and event counts by name; nil for an unknown run.
+    /// One run's summary and event counts by name; nil for an unknown run.
     public func run(_ id: String) -> RunDetail? {
         state.withLock { state in
             guard let aggregate = state.runs[id] else { return nil }
-            return RunDetail(summary: aggregate.summary(id: id), placements: aggregate.placementSummaries(),
-                             eventsByName: aggregate.eventsByName)
+            return RunDetail(summary: aggregate.summary(id: id), eventsByName: aggregate.eventsByName)
         }
     }
 
@@ -176,12 +152,10 @@ public final class MemorySink: EventSink, EventStore {
 
     // MARK: EventStore (what the dashboard API reads)
 
-    /// `{"run": ..., "placements": [...]}`.
-    public func placementsJSON(run: String?) -> JSONValue { MemoryJSON.placements(placements(run: run), run: run) }
-    /// Each run's summary object.
-    public func runsJSON() -> [JSONValue] { runs().map(\.jsonValue) }
-    /// One run's detail object.
-    public func runJSON(id: String) -> JSONValue? { run(id)?.jsonValue }
+    /// Every run known, most recently active first (`runs()`).
+    public func runSummaries() -> [RunSummary] { runs() }
+    /// One run's summary and events by name (`run(_:)`).
+    public func runDetail(id: String) -> RunDetail? { run(id) }
     /// Whether the aggregates hold run `id` (it has not been forgotten past `maxRuns`).
     public func holdsRun(_ id: String) -> Bool { state.withLock { $0.runs[id] != nil } }
     /// Subscribes `handler`; the returned function unsubscribes it.
@@ -197,80 +171,11 @@ public struct SubscriptionToken: Hashable, Sendable {
     public let id: UInt64
 }
 
-/// How a run was produced, guessed from its id: `live` or `live:...` is live, `sim:...` or
-/// `simulation:...` is a simulation, anything else (`test:...`, a bare test name) is a test.
-public enum RunKind: String, Sendable, Hashable {
-    case live, test, simulation
-
-    /// The kind of run `id`.
-    public init(runID id: String) {
-        if id == "live" || id.hasPrefix("live:") { self = .live }
-        else if id.hasPrefix("sim:") || id.hasPrefix("simulation:") { self = .simulation }
-        else { self = .test }
-    }
-}
-
-/// A run as `GET /api/runs` lists it.
-public struct RunSummary: Sendable, Hashable {
-    /// The run id (`live`, a test name, a simulation id).
-    public var id: String
-    /// Live, test or simulation (by the id's prefix, see `RunKind`).
-    public var kind: RunKind
-    /// Wall-clock time of its first and last event, seconds since 1970.
-    public var firstTs: Double
-    public var lastTs: Double
-    /// Events seen (including ones no longer in the ring).
-    public var events: Int
-    /// fetch.end events seen.
-    public var fetches: Int
-    /// fetch.end events carrying an errorCode, plus placements reported failed by preload.end.
-    public var errors: Int
-
-    /// The JSON object of `/api/runs`: `{"id","kind","firstTs","lastTs","events","fetches","errors"}`
-    /// with timestamps as ISO 8601 strings.
-    public var jsonValue: JSONValue {
-        ["id": .string(id), "kind": .string(kind.rawValue), "firstTs": .string(ISO8601.format(firstTs)),
-         "lastTs": .string(ISO8601.format(lastTs)), "events": .number(Double(events)),
-         "fetches": .number(Double(fetches)), "errors": .number(Double(errors))]
-    }
-}
-
-/// One run in detail, as `GET /api/runs/{id}` answers.
-public struct RunDetail: Sendable, Hashable {
-    /// The run's summary.
-    public var summary: RunSummary
-    /// Its placements, sorted by placement.
-    public var placements: [PlacementSummary]
-    /// Events seen by name.
-    public var eventsByName: [String: Int]
-
-    /// `{"run": <RunSummary>, "placements": [<PlacementSummary>], "eventsByName": {"fetch.end": 3}}`.
-    public var jsonValue: JSONValue {
-        ["run": summary.jsonValue, "placements": .array(placements.map(\.jsonValue)),
-         "eventsByName": .object(eventsByName.mapValues { .number(Double($0)) })]
-    }
-}
-
-/// JSON bodies for the dashboard API, built from `MemorySink` query results.
-public enum MemoryJSON {
-    /// `GET /api/placements?run=`: `{"run":"live"|null,"placements":[<PlacementSummary>...]}`.
-    public static func placements(_ placements: [PlacementSummary], run: String?) -> JSONValue {
-        ["run": run.map(JSONValue.string) ?? .null, "placements": .array(placements.map(\.jsonValue))]
-    }
-
-    /// `GET /api/runs`: `{"runs":[<RunSummary>...]}`.
-    public static func runs(_ runs: [RunSummary]) -> JSONValue {
-        ["runs": .array(runs.map(\.jsonValue))]
-    }
-}
-
 // MARK: - State
 
 private struct Limits {
     var capacity: Int
-    var durationSamples: Int
     var maxRuns: Int
-    var maxPlacements: Int
     var runCapacity: Int
     var keptRuns: Int
 }
@@ -305,7 +210,7 @@ private struct MemoryState: ~Copyable {
                 }
                 runs[run] = RunAggregate(firstTs: batch[i].ts)
             }
-            runs[run]!.add(batch[i..<end], limits: limits)
+            runs[run]!.add(batch[i..<end])
             for k in i..<end { ring.append(batch[k], capacity: limits.capacity) }
             if limits.runCapacity > 0 {
                 if runRings[run] == nil, runRings.count >= limits.keptRuns,
@@ -354,13 +259,12 @@ private struct RunAggregate {
     var errors = 0
     /// Events by name (counted by the enum: no string hashing per event).
     var names: [EventName: Int] = [:]
-    var placements: [String: PlacementAggregate] = [:]
 
     init(firstTs: Double) { self.firstTs = firstTs; self.lastTs = firstTs }
 
     /// Adds consecutive events of this run; counts by name are summed over runs of the same name
     /// before they touch the dictionary.
-    mutating func add(_ stretch: ArraySlice<Envelope>, limits: Limits) {
+    mutating func add(_ stretch: ArraySlice<Envelope>) {
         var pending: (name: EventName, count: Int)?
         for e in stretch {
             if let p = pending, p.name == e.name {
@@ -369,34 +273,24 @@ private struct RunAggregate {
                 if let p = pending { names[p.name, default: 0] += p.count }
                 pending = (e.name, 1)
             }
-            add(e, limits: limits)
+            add(e)
         }
         if let p = pending { names[p.name, default: 0] += p.count }
     }
 
-    /// Everything but the count by name.
-    private mutating func add(_ e: Envelope, limits: Limits) {
+    /// Everything but the count by name: fetches and errors as the read model counts them
+    /// (``CallStatistics/errors(of:placement:)``): a fetch.end with an errorCode, each placement
+    /// a preload.end reports failed.
+    private mutating func add(_ e: Envelope) {
         events += 1
         firstTs = min(firstTs, e.ts)
         lastTs = max(lastTs, e.ts)
         switch e.name {
         case .fetchEnd:
             fetches += 1
-            let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
-            if failed { errors += 1 }
-            let key = placementKey(e.placement ?? "_none", limits: limits)
-            placements[key, default: PlacementAggregate()].addFetch(e, failed: failed, samples: limits.durationSamples)
-        case .timeout:
-            let key = placementKey(e.placement ?? "_none", limits: limits)
-            placements[key, default: PlacementAggregate()].timeouts += 1
+            if let code = e.attrs["errorCode"], code != .null { errors += 1 }
         case .preloadEnd:
-            guard let failed = e.attrs["failed"]?.objectValue else { break }
-            for placement in failed.keys.sorted() {
-                errors += 1
-                let key = placementKey(placement, limits: limits)
-                placements[key, default: PlacementAggregate()].lastPreloadError =
-                    PreloadError(code: failed[placement] ?? .null, ts: e.ts, seq: e.seq)
-            }
+            errors += e.attrs["failed"]?.objectValue?.count ?? 0
         default:
             break
         }
@@ -407,78 +301,22 @@ private struct RunAggregate {
         Dictionary(uniqueKeysWithValues: names.map { ($0.key.rawValue, $0.value) })
     }
 
-    func placementKey(_ placement: String, limits: Limits) -> String {
-        placements[placement] != nil || placements.count < limits.maxPlacements ? placement : "_other"
-    }
-
     func summary(id: String) -> RunSummary {
         RunSummary(id: id, kind: RunKind(runID: id), firstTs: firstTs, lastTs: lastTs, events: events, fetches: fetches,
                    errors: errors)
     }
 
-    func placementSummaries() -> [PlacementSummary] {
-        placements.keys.sorted().compactMap { key in placements[key]?.summary(placement: key) }
-    }
-}
-
-private struct PlacementAggregate {
-    var fetches = 0
-    var sources: [String: Int] = [:]
-    var errors = 0
-    var targetingLost = 0
-    var timeouts = 0
-    /// The last `samples` durations, as a ring.
-    var durations: [Double] = []
-    var durationHead = 0
-    var lastPreloadError: PreloadError?
-
-    mutating func addFetch(_ e: Envelope, failed: Bool, samples: Int) {
-        fetches += 1
-        if failed {
-            errors += 1
-        } else if let source = e.attrs["source"]?.stringValue {
-            let key = sources[source] != nil || sources.count < 16 ? source : "_other"
-            sources[key, default: 0] += 1
-        }
-        if e.attrs["targetingLost"]?.boolValue == true { targetingLost += 1 }
-        if let duration = e.attrs["duration"]?.numberValue, duration.isFinite {
-            if durations.count < samples {
-                durations.append(duration)
-            } else {
-                durations[durationHead] = duration
-                durationHead = (durationHead + 1) % durations.count
-            }
-        }
-    }
-
-    mutating func merge(_ other: PlacementAggregate) {
-        fetches += other.fetches
-        for (k, v) in other.sources { sources[k, default: 0] += v }
-        errors += other.errors
-        targetingLost += other.targetingLost
-        timeouts += other.timeouts
-        durations += other.durations
-        if let o = other.lastPreloadError, o.seq > (lastPreloadError?.seq ?? 0) { lastPreloadError = o }
-    }
-
-    func summary(placement: String) -> PlacementSummary {
-        PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors, targetingLost: targetingLost,
-                         timeouts: timeouts, durations: durations, lastPreloadError: lastPreloadError)
-    }
-
 }
 
 extension MemorySink {
-    /// The `memory` sink type. Options: `capacity` (events kept, default 10000), `durationSamples`
-    /// (default 1024), `maxRuns` (default 256), `maxPlacements` (default 200), `runCapacity` (events each
-    /// run keeps of its own, default 2000) and `keptRuns` (runs that keep them, default 32).
+    /// The `memory` sink type. Options: `capacity` (events kept, default 10000), `maxRuns` (default
+    /// 256), `runCapacity` (events each run keeps of its own, default 2000) and `keptRuns` (runs
+    /// that keep them, default 32).
     public struct Factory: SinkFactory {
         /// The options of a `memory` entry.
         public struct Options: Sendable, Equatable {
             public var capacity = 10_000
-            public var durationSamples = 1024
             public var maxRuns = 256
-            public var maxPlacements = 200
             public var runCapacity = 2000
             public var keptRuns = 32
         }
@@ -489,14 +327,12 @@ extension MemorySink {
         /// The factory.
         public init() {}
 
-        /// Reads `capacity`, `durationSamples`, `maxRuns`, `maxPlacements`, `runCapacity` and `keptRuns`.
+        /// Reads `capacity`, `maxRuns`, `runCapacity` and `keptRuns`.
         public func options(from context: SinkContext) throws(JSONInputError) -> Options {
-            try context.checkKeys(["capacity", "durationSamples", "maxRuns", "maxPlacements", "runCapacity", "keptRuns"])
+            try context.checkKeys(["capacity", "maxRuns", "runCapacity", "keptRuns"])
             var o = Options()
             o.capacity = try context.int("capacity", in: 1...10_000_000) ?? o.capacity
-            o.durationSamples = try context.int("durationSamples", in: 1...1_000_000) ?? o.durationSamples
             o.maxRuns = try context.int("maxRuns", in: 1...100_000) ?? o.maxRuns
-            o.maxPlacements = try context.int("maxPlacements", in: 1...100_000) ?? o.maxPlacements
             o.runCapacity = try context.int("runCapacity", in: 0...10_000_000) ?? o.runCapacity
             o.keptRuns = try context.int("keptRuns", in: 1...100_000) ?? o.keptRuns
             return o
@@ -504,8 +340,7 @@ extension MemorySink {
 
         /// A memory sink named after its entry.
         public func makeSink(_ options: Options, context: SinkContext) -> any EventSink {
-            MemorySink(name: context.name, capacity: options.capacity, durationSamples: options.durationSamples,
-                       maxRuns: options.maxRuns, maxPlacements: options.maxPlacements, runCapacity: options.runCapacity,
+            MemorySink(name: context.name, capacity: options.capacity, maxRuns: options.maxRuns, runCapacity: options.runCapacity,
                        keptRuns: options.keptRuns)
         }
     }

@@ -37,13 +37,12 @@ struct RunStamp: Sendable, Equatable {
     init(_ t: RunTotals) { events = t.events; firstTs = t.firstTs; lastTs = t.lastTs }
 }
 
-/// The placements and counts by name of the last few runs asked for (a stored run does not change
-/// while it is viewed, and the dashboard asks for them again every second while events arrive).
+/// The counts by name of the last few runs asked for (a stored run does not change while it is
+/// viewed, and the dashboard asks for them again every second while events arrive).
 struct RunDetailCache: Sendable {
     struct Entry: Sendable {
         var stamp: RunStamp
-        var placements: [JSONValue]?
-        var byName: [String: JSONValue]?
+        var byName: [String: Int]?
     }
     var entries: [String: Entry] = [:]
     /// Most runs kept.
@@ -54,15 +53,12 @@ struct RunDetailCache: Sendable {
 ///
 /// In this view an event's `seq` is its row id: unique across every process that wrote the file
 /// and increasing in write order, so paging with `since` never mixes two processes' seq numbering
-/// (each process's own seq starts at 1 again). The aggregates have the memory sink's shapes:
-/// `runsJSON` reads the `runs` table (kept in the transaction of every batch and retention pass);
-/// `placementsJSON` and `runJSON` count the run's fetch.end, timeout and preload.end rows in SQL.
+/// (each process's own seq starts at 1 again). `runSummaries` reads the `runs` table (kept in the
+/// transaction of every batch and retention pass), counted as the memory sink counts; calls and
+/// placement statistics are the read model's (`CallQuery`) over the rows `events` answers.
 /// `follow` delivers nothing: the archive holds the past, live events come from the memory sink.
 /// A failed query answers empty and is kept in `lastQueryError`.
 extension SQLiteSink: EventStore {
-    /// fetch.end durations kept per placement for p50/p95 (the memory sink's default).
-    static let durationSamples = 1024
-
     /// Stored events, newest last, with the row id as `seq`: with `since`, the first `limit` rows
     /// whose id is greater; without, the newest `limit`.
     public func events(since: UInt64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,
@@ -94,24 +90,16 @@ extension SQLiteSink: EventStore {
         }
     }
 
-    /// `{"run": ..., "placements": [...]}` from the stored rows of `run` (nil: every run merged,
-    /// which reads the whole file).
-    public func placementsJSON(run: String?) -> JSONValue {
-        ["run": run.map(JSONValue.string) ?? .null, "placements": .array(run.map(cachedPlacements) ?? placementSummaries(run: nil))]
-    }
-
-    /// Each stored run's summary (`{"id","kind","firstTs","lastTs","events","fetches","errors"}`),
-    /// most recently active first.
-    public func runsJSON() -> [JSONValue] {
+    /// Each stored run's summary, most recently active first.
+    public func runSummaries() -> [RunSummary] {
         totals().sorted { $0.value.lastTs != $1.value.lastTs ? $0.value.lastTs > $1.value.lastTs : $0.key < $1.key }
-            .map { Self.summaryJSON(id: $0.key, $0.value) }
+            .map { Self.summary(id: $0.key, $0.value) }
     }
 
-    /// `{"run": <summary>, "placements": [...], "eventsByName": {...}}`, nil for a run not stored.
-    public func runJSON(id: String) -> JSONValue? {
+    /// One stored run's summary and events by name, nil for a run not stored.
+    public func runDetail(id: String) -> RunDetail? {
         guard let run = totals(of: id) else { return nil }
-        return ["run": Self.summaryJSON(id: id, run), "placements": .array(cachedPlacements(id)),
-                "eventsByName": .object(cachedCounts(id))]
+        return RunDetail(summary: Self.summary(id: id, run), eventsByName: cachedCounts(id))
     }
 
     /// Whether the store holds events of run `id`.
@@ -125,13 +113,8 @@ extension SQLiteSink: EventStore {
 
     // MARK: - Internals
 
-    /// The run's placements, counted again only when its totals changed since.
-    private func cachedPlacements(_ run: String) -> [JSONValue] {
-        cached(run, \.placements) { placementSummaries(run: run) }
-    }
-
     /// The run's events by name, counted again only when its totals changed since.
-    private func cachedCounts(_ run: String) -> [String: JSONValue] {
+    private func cachedCounts(_ run: String) -> [String: Int] {
         cached(run, \.byName) { countsByName(run: run) }
     }
 
@@ -157,8 +140,8 @@ extension SQLiteSink: EventStore {
     }
 
     /// Events of `run` by name.
-    private func countsByName(run: String) -> [String: JSONValue] {
-        var byName: [String: JSONValue] = [:]
+    private func countsByName(run: String) -> [String: Int] {
+        var byName: [String: Int] = [:]
         do throws(SQLiteSinkError) {
             try withReader { (db: Connection) throws(SQLiteSinkError) in
                 let stmt = try db.prepare("SELECT name, count(*) FROM events WHERE run = ?1 GROUP BY name")
@@ -167,7 +150,7 @@ extension SQLiteSink: EventStore {
                     let rc = sqlite3_step(stmt.raw)
                     if rc == SQLITE_DONE { break }
                     guard rc == SQLITE_ROW else { throw db.error("counting events by name", rc) }
-                    byName[stmt.text(0) ?? ""] = .number(Double(stmt.int64(1)))
+                    byName[stmt.text(0) ?? ""] = Int(stmt.int64(1))
                 }
             }
         } catch {
@@ -256,119 +239,8 @@ extension SQLiteSink: EventStore {
         return out
     }
 
-    /// The placement summaries of `run` (nil: all runs), sorted by placement, counted in SQL from
-    /// its fetch.end and timeout rows (attributes read with SQLite's JSON functions), and from its
-    /// preload.end rows in write order.
-    private func placementSummaries(run: String?) -> [JSONValue] {
-        var placements: [String: PlacementTotals] = [:]
-        // With a run, its index (`+` keeps SQLite from choosing the much larger set of one event name).
-        let filter = run == nil ? "" : "run = ?1 AND +"
-        do throws(SQLiteSinkError) {
-            try withReader { (db: Connection) throws(SQLiteSinkError) in
-                /// Runs `sql` with the run bound to ?1, calling `row` for each result row.
-                func each(_ sql: String, _ row: (Statement) -> Void) throws(SQLiteSinkError) {
-                    let stmt = try db.prepare(sql)
-                    stmt.bind(1, run)
-                    while true {
-                        let rc = sqlite3_step(stmt.raw)
-                        if rc == SQLITE_DONE { return }
-                        guard rc == SQLITE_ROW else { throw db.error("reading placements", rc) }
-                        row(stmt)
-                    }
-                }
-                // Fetches, errors (a non-null errorCode) and targeting lost per placement.
-                try each("""
-                    SELECT coalesce(placement, '_none'), count(*),
-                      sum(CASE WHEN json_valid(attrs) THEN json_extract(attrs, '$.errorCode') IS NOT NULL ELSE 0 END),
-                      sum(CASE WHEN json_valid(attrs) THEN json_type(attrs, '$.targetingLost') = 'true' ELSE 0 END)
-                    FROM events WHERE \(filter)name = 'fetch.end' GROUP BY 1
-                    """) { row in
-                    var p = PlacementTotals()
-                    p.fetches = Int(row.int64(1))
-                    p.errors = Int(row.int64(2))
-                    p.targetingLost = Int(row.int64(3))
-                    placements[row.text(0) ?? "_none"] = p
-                }
-                // Successful fetches by source; the first 16 sources to appear are kept, later ones
-                // fold into `_other`.
-                var sources: [String: [(source: String, count: Int, first: Int64)]] = [:]
-                try each("""
-                    SELECT p, s, count(*), min(id) FROM (
-                      SELECT id, coalesce(placement, '_none') AS p,
-                        CASE WHEN NOT json_valid(attrs) THEN NULL
-                             WHEN json_extract(attrs, '$.errorCode') IS NOT NULL THEN NULL
-                             WHEN json_type(attrs, '$.source') = 'text' THEN json_extract(attrs, '$.source')
-                             ELSE NULL END AS s
-                      FROM events WHERE \(filter)name = 'fetch.end')
-                    WHERE s IS NOT NULL GROUP BY p, s
-                    """) { row in
-                    sources[row.text(0) ?? "_none", default: []].append((row.text(1) ?? "", Int(row.int64(2)), row.int64(3)))
-                }
-                for (placement, list) in sources {
-                    for (i, item) in list.sorted(by: { $0.first < $1.first }).enumerated() {
-                        placements[placement, default: PlacementTotals()].sources[i < 16 ? item.source : "_other", default: 0] += item.count
-                    }
-                }
-                // The last `durationSamples` durations of each placement.
-                try each("""
-                    SELECT p, d FROM (
-                      SELECT p, d, row_number() OVER (PARTITION BY p ORDER BY id DESC) AS r FROM (
-                        SELECT id, coalesce(placement, '_none') AS p,
-                          CASE WHEN NOT json_valid(attrs) THEN NULL
-                               WHEN json_type(attrs, '$.duration') IN ('integer', 'real') THEN json_extract(attrs, '$.duration')
-                               ELSE NULL END AS d
-                        FROM events WHERE \(filter)name = 'fetch.end')
-                      WHERE d IS NOT NULL)
-                    WHERE r <= \(Self.durationSamples)
-                    """) { row in
-                    placements[row.text(0) ?? "_none", default: PlacementTotals()].durations.append(row.double(1))
-                }
-                try each("SELECT coalesce(placement, '_none'), count(*) FROM events WHERE \(filter)name = 'timeout' GROUP BY 1") { row in
-                    placements[row.text(0) ?? "_none", default: PlacementTotals()].timeouts = Int(row.int64(1))
-                }
-                // The last failure of each placement named in a preload.end `failed` object.
-                try each("SELECT id, ts, attrs FROM events WHERE \(filter)name = 'preload.end' ORDER BY id") { row in
-                    guard let failed = row.text(2).flatMap(decodeAttrs)?["failed"]?.objectValue else { return }
-                    for (placement, code) in failed {
-                        placements[placement, default: PlacementTotals()].lastPreloadError = PreloadError(code: code, ts: row.double(1), seq: UInt64(row.int64(0)))
-                    }
-                }
-            }
-        } catch {
-            noteQueryError(error)
-            return []
-        }
-        return placements.keys.sorted().compactMap { key in placements[key]?.jsonValue(placement: key) }
-    }
-
-    /// The `/api/runs` object of a stored run (the memory sink's shape).
-    static func summaryJSON(id: String, _ t: RunTotals) -> JSONValue {
-        ["id": .string(id), "kind": .string(runKind(id)), "firstTs": .string(ISO8601.format(t.firstTs)),
-         "lastTs": .string(ISO8601.format(t.lastTs)), "events": .number(Double(t.events)),
-         "fetches": .number(Double(t.fetches)), "errors": .number(Double(t.errors))]
-    }
-
-    /// `live` for `live` and `live:...`, `simulation` for `sim:...` and `simulation:...`, else `test`.
-    static func runKind(_ id: String) -> String {
-        if id == "live" || id.hasPrefix("live:") { return "live" }
-        if id.hasPrefix("sim:") || id.hasPrefix("simulation:") { return "simulation" }
-        return "test"
-    }
-}
-
-/// One placement's aggregates, counted as the memory sink counts them.
-private struct PlacementTotals {
-    var fetches = 0
-    var sources: [String: Int] = [:]
-    var errors = 0
-    var targetingLost = 0
-    var timeouts = 0
-    /// The last `durationSamples` durations.
-    var durations: [Double] = []
-    var lastPreloadError: PreloadError?
-
-    func jsonValue(placement: String) -> JSONValue {
-        PlacementSummary(placement: placement, fetches: fetches, sources: sources, errors: errors, targetingLost: targetingLost,
-                         timeouts: timeouts, durations: durations, lastPreloadError: lastPreloadError).jsonValue
+    /// The summary of a stored run (the memory sink's counts).
+    static func summary(id: String, _ t: RunTotals) -> RunSummary {
+        RunSummary(id: id, firstTs: t.firstTs, lastTs: t.lastTs, events: t.events, fetches: t.fetches, errors: t.errors)
     }
 }
