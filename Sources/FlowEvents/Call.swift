@@ -29,6 +29,13 @@ public struct Call: Sendable, Equatable {
         public var outcome: String?
         /// Whether request.start was held.
         public var hasStart: Bool
+
+        /// A request with the given values.
+        public init(placement: String?, kind: String, budget: Double?, issuedAt: Double, endedAt: Double?, outcome: String?,
+                    hasStart: Bool) {
+            self.placement = placement; self.kind = kind; self.budget = budget; self.issuedAt = issuedAt
+            self.endedAt = endedAt; self.outcome = outcome; self.hasStart = hasStart
+        }
     }
 
     /// A `timeout` event of the call: a stage deadline cut it.
@@ -102,6 +109,9 @@ public struct Call: Sendable, Equatable {
     /// Seq of its first and last event held.
     public var firstSeq: UInt64
     public var lastSeq: UInt64
+    /// Whether the trace holds a start or an end event: a call. Otherwise it is engine-level
+    /// activity (attribution observed, a profile fetch), which `CallFold.calls` leaves out.
+    public internal(set) var isCall = false
     /// The span of its own start (or end) event.
     var span: SpanID?
 
@@ -139,7 +149,6 @@ public struct Call: Sendable, Equatable {
 public struct CallFold: Sendable {
     private var byTrace: [TraceID: Int] = [:]
     private var folded: [Call] = []
-    private var isCall: [Bool] = []
     private var openRequests: [[SpanID: Int]] = []
 
     /// An empty fold.
@@ -150,9 +159,13 @@ public struct CallFold: Sendable {
     public var calls: [Call] {
         var out: [Call] = []
         out.reserveCapacity(folded.count)
-        for i in folded.indices where isCall[i] { out.append(folded[i]) }
+        for c in folded where c.isCall { out.append(c) }
         return out
     }
+
+    /// Every trace so far, calls and engine-level activity (see `Call.isCall`), in the order their
+    /// first event arrived.
+    public var traces: [Call] { folded }
 
     /// Adds one envelope.
     public mutating func add(_ e: Envelope) {
@@ -169,10 +182,9 @@ public struct CallFold: Sendable {
             byTrace[e.trace] = index
             folded.append(Call(trace: e.trace.hex, run: run, kind: .fetch, placement: nil, start: ts, startT: e.t,
                                endT: e.t, firstSeq: seq, lastSeq: seq))
-            isCall.append(false)
             openRequests.append([:])
         }
-        if Self.add(e, seq: seq, ts: ts, to: &folded[index], requests: &openRequests[index]) { isCall[index] = true }
+        if Self.add(e, seq: seq, ts: ts, to: &folded[index], requests: &openRequests[index]) { folded[index].isCall = true }
     }
 
     /// Folds `envelopes` (in seq order) into calls, newest call (highest last seq) first.

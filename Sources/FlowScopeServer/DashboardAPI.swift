@@ -26,8 +26,10 @@ public enum DashboardAPI {
         public var maxIngestEvents = 10_000
         /// Most calls one GET /api/calls answers with.
         public var maxCallsPerPage = 1000
-        /// Newest events (of the run, when one is asked for) a filtered query reads at most.
+        /// Newest events (of the run, when one is asked for) a query of calls or placements reads at most.
         public var queryWindow = 20_000
+        /// Placements and sources per placement a placements answer lists (more count under `_other`).
+        public var placements = CallStatistics.Bounds()
         public init() {}
     }
 
@@ -45,7 +47,7 @@ public enum DashboardAPI {
             return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: body)
         }
         router.get("/api/sinks") { _ in .json(sinks.json()) }
-        let query = CallQuery(window: limits.queryWindow)
+        let query = CallQuery(window: limits.queryWindow, bounds: limits.placements)
         router.get("/api/events") { request in
             var since: UInt64?
             if let s = request.query("since"), !s.isEmpty {

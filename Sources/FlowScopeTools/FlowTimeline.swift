@@ -3,111 +3,77 @@ import FlowFetch
 import FlowJSON
 
 /// Engine events grouped into calls (by trace), each with its requests: what a failing expectation,
-/// `flowscope fetch` and `flowscope replay` print.
+/// `flowscope fetch` and `flowscope replay` print. The calls are the read model's (``CallFold``);
+/// the timeline adds each trace's events, for printing.
 public struct FlowTimeline: Sendable {
-    /// One request, from its request.start and request.end events.
-    public struct Request: Sendable, Hashable {
-        public var placement: String?
-        /// `targeted`, `default`, `layout`, `asset` or `profile`.
-        public var kind: String
-        public var issuedAt: Double
-        public var endedAt: Double?
-        /// `ok`, `timeout`, `cancelled`, `reset`, `refused`, `http:NNN`, `malformed`... (nil while open).
-        public var outcome: String?
-    }
+    /// One request, from its request.start and request.end events (the read model's).
+    public typealias Request = FlowEvents.Call.Request
 
     /// One top-level call (getFlow, preloadFlows, ...) or engine-level activity (attribution observed,
     /// profile switch): the events of one trace. `isCall` tells them apart.
     public struct Call: Sendable {
+        /// The read model's call (for engine-level activity: its trace folded the same way).
+        public var call: FlowEvents.Call
         public var trace: TraceID
-        /// `getFlow`, `preloadFlows`, ... (the `call` of fetch.start, or the first event's name).
-        public var name: String
-        public var placement: String?
-        public var startedAt: Double
-        public var endedAt: Double?
-        /// fetch.end's (or preload.end's) attributes, when the call ended.
-        public var end: EventAttributes?
-        public var requests: [Request]
+        /// The trace's events, in emission order.
         public var events: [EngineEvent]
+
+        /// `getFlow`, `preloadFlows`, ... (the `call` of its start), or the first event's name.
+        public var name: String { call.name ?? events.first?.name.rawValue ?? "" }
+        public var placement: String? { call.placement }
+        /// Engine clock of its start (else of its first event) and of its end, nil while open.
+        public var startedAt: Double { call.startT }
+        public var endedAt: Double? { call.endedAt }
+        /// Its requests, in the order issued.
+        public var requests: [Request] { call.requests }
 
         /// `success`, `error`, or `pending` when the call has not ended (and for engine-level activity,
         /// which has no end: see `isCall`).
         public var outcome: String {
-            guard let end else { return "pending" }
-            if end["errorCode"] != nil { return "error" }
-            if let failed = end["failed"]?.objectValue, !failed.isEmpty { return "error" }
-            return "success"
+            guard call.finished else { return "pending" }
+            return call.isError ? "error" : "success"
         }
         /// Where the flow came from, if the call returned one.
-        public var source: FlowSource? { end?["source"]?.stringValue.flatMap(FlowSource.init(rawValue:)) }
-        public var variation: String? { end?["variation"]?.stringValue }
-        public var audience: String? { end?["audience"]?.stringValue }
-        public var targetingLost: Bool? { end?["targetingLost"]?.boolValue }
-        public var errorCode: Int? { end?["errorCode"]?.intValue }
+        public var source: FlowSource? { call.source.flatMap(FlowSource.init(rawValue:)) }
+        public var variation: String? { call.variation }
+        public var audience: String? { call.audience }
+        public var targetingLost: Bool? { call.finished && call.kind == .fetch && call.errorCode == nil ? call.targetingLost : nil }
+        public var errorCode: Int? { call.errorCode?.intValue }
+        /// A preload's failed placements and their codes.
+        public var failed: [String: JSONValue] { call.failed }
         /// Whether a stage deadline cut this call (a `timeout` event).
-        public var timedOut: Bool { events.contains { $0.name == .timeout } }
+        public var timedOut: Bool { !call.timeouts.isEmpty }
         /// The `to` of each `fallback` event, in order.
-        public var fallbacks: [String] { events.filter { $0.name == .fallback }.compactMap { $0.attrs["to"]?.stringValue } }
+        public var fallbacks: [String] { call.fallbacks }
         /// Whether this is a top-level call: its trace holds a fetch.start, fetch.end, preload.start or
-        /// preload.end (the dashboard's rule). Otherwise it is engine-level activity (attribution
+        /// preload.end (the read model's rule). Otherwise it is engine-level activity (attribution
         /// observed, profile switch, the pipeline's sink.dropped), which has no end event.
-        public var isCall: Bool {
-            events.contains { e in e.name == .fetchStart || e.name == .fetchEnd || e.name == .preloadStart || e.name == .preloadEnd }
-        }
+        public var isCall: Bool { call.isCall }
     }
 
-    /// Calls in the order they started.
+    /// Calls in the order their first event came.
     public var calls: [Call]
 
     /// A timeline of the given calls.
     public init(calls: [Call]) { self.calls = calls }
 
-    /// Groups `events` (in emission order) by trace.
+    /// Groups `events` (in emission order) by trace, folded by the read model.
     public init(events: [EngineEvent]) {
-        var calls: [Call] = []
-        var byTrace: [TraceID: Int] = [:]
-        var open: [SpanID: (call: Int, request: Int)] = [:]
-        for e in events {
-            let k: Int
-            if let existing = byTrace[e.trace] {
-                k = existing
-            } else {
-                k = calls.count
-                byTrace[e.trace] = k
-                calls.append(Call(trace: e.trace, name: e.attrs["call"]?.stringValue ?? e.name.rawValue,
-                                  placement: e.placement, startedAt: e.t, endedAt: nil, end: nil, requests: [], events: []))
-            }
-            calls[k].events.append(e)
-            switch e.name {
-            case .fetchStart where calls[k].events.count == 1 || calls[k].name == EventName.paramClamped.rawValue:
-                calls[k].name = e.attrs["call"]?.stringValue ?? calls[k].name
-            case .preloadStart where calls[k].events.count <= 2:
-                calls[k].name = "preloadFlows"
-            case .fetchEnd where e.attrs["call"]?.stringValue == calls[k].name || calls[k].end == nil:
-                calls[k].end = e.attrs
-                calls[k].endedAt = e.t
-            case .preloadEnd:
-                calls[k].end = e.attrs
-                calls[k].endedAt = e.t
-            case .requestStart:
-                open[e.span] = (k, calls[k].requests.count)
-                calls[k].requests.append(Request(placement: e.placement, kind: e.attrs["kind"]?.stringValue ?? "",
-                                                 issuedAt: e.t, endedAt: nil, outcome: nil))
-            case .requestEnd:
-                if let o = open.removeValue(forKey: e.span) {
-                    calls[o.call].requests[o.request].endedAt = e.t
-                    calls[o.call].requests[o.request].outcome = e.attrs["outcome"]?.stringValue
-                }
-            default:
-                break
-            }
+        var fold = CallFold()
+        var order: [TraceID] = []
+        var byTrace: [TraceID: [EngineEvent]] = [:]
+        for (i, e) in events.enumerated() {
+            fold.add(e, seq: UInt64(i + 1), ts: e.t, run: "")
+            if byTrace[e.trace] == nil { order.append(e.trace) }
+            byTrace[e.trace, default: []].append(e)
         }
-        self.calls = calls
+        let folded = fold.traces
+        calls = zip(order, folded).map { trace, call in Call(call: call, trace: trace, events: byTrace[trace] ?? []) }
     }
 
     /// The last call that ended for `placement` (any call, when nil).
     public func lastCall(placement: String? = nil) -> Call? {
-        calls.last { c in c.end != nil && (placement == nil || c.placement == placement) }
+        calls.last { c in c.call.finished && (placement == nil || c.placement == placement) }
     }
 
     /// A readable timeline; times are seconds since `origin` (the first event's time when nil).
@@ -132,9 +98,10 @@ public struct FlowTimeline: Sendable {
             switch c.outcome {
             case "error":
                 // A preload's end names each failing placement with its code; the call threw networkFailed.
-                let code = c.errorCode ?? (c.end?["failed"] != nil ? FlowError.Code.networkFailed.rawValue : nil)
+                let code = c.errorCode ?? (c.call.kind == .preload && c.call.finished ? FlowError.Code.networkFailed.rawValue : nil)
                 line += code.map { "  error \($0)" + (FlowError.Code(rawValue: $0).map { " \($0.name)" } ?? "") } ?? "  error"
-                if let failed = c.end?["failed"]?.objectValue, !failed.isEmpty {
+                if !c.failed.isEmpty {
+                    let failed = c.failed
                     line += " (" + failed.keys.sorted().map { "\($0) \(failed[$0]?.intValue.map(String.init) ?? "?")" }.joined(separator: ", ") + ")"
                 }
             case "success":

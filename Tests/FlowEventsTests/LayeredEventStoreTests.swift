@@ -1,11 +1,10 @@
 import FlowEvents
 import FlowFetch
-import FlowJSON
 import Synchronization
 import Testing
 
-/// A store over a fixed list of envelopes: runs are the envelopes' runs, each run's detail and
-/// placements name the store, and `follow` records who subscribed.
+/// A store over a fixed list of envelopes: runs are the envelopes' runs, each run's summary names
+/// the store in its `events` (1 for memory, 2 for the archive), and `follow` records who subscribed.
 private final class ListStore: EventStore {
     let label: String
     let envelopes: [Envelope]
@@ -17,14 +16,14 @@ private final class ListStore: EventStore {
         return since == nil ? Array(matching.suffix(limit)) : Array(matching.prefix(limit))
     }
     var latestSeq: UInt64? { envelopes.last?.seq }
-    func placementsJSON(run: String?) -> JSONValue { ["run": run.map(JSONValue.string) ?? .null, "from": .string(label)] }
-    func runsJSON() -> [JSONValue] {
+    var mark: Int { label == "memory" ? 1 : 2 }
+    func runSummaries() -> [RunSummary] {
         var seen: [String] = []
         for e in envelopes where !seen.contains(e.run) { seen.append(e.run) }
-        return seen.map { ["id": .string($0), "from": .string(label)] }
+        return seen.map { RunSummary(id: $0, firstTs: 0, lastTs: 0, events: mark, fetches: 0, errors: 0) }
     }
-    func runJSON(id: String) -> JSONValue? {
-        envelopes.contains { $0.run == id } ? ["run": ["id": .string(id)], "from": .string(label)] : nil
+    func runDetail(id: String) -> RunDetail? {
+        runSummaries().first { $0.id == id }.map { RunDetail(summary: $0, eventsByName: [label: 1]) }
     }
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void {
         followed.withLock { $0 += 1 }
@@ -48,18 +47,18 @@ struct LayeredEventStoreTests {
 
     @Test("runs are the primary's, then the archive's others marked stored: true")
     func runsUnion() {
-        #expect(store.runsJSON() == [["id": "live", "from": "memory"], ["id": "test:both", "from": "memory"],
-                                     ["id": "test:old", "from": "archive", "stored": true]])
+        #expect(store.runSummaries().map { "\($0.id) \($0.events) \($0.stored)" }
+                == ["live 1 false", "test:both 1 false", "test:old 2 true"])
     }
 
-    @Test("a run the primary does not hold is read whole from the archive: events, placements, detail")
+    @Test("a run the primary does not hold is read whole from the archive: events and detail")
     func archivedRun() {
         #expect(store.events(since: nil, limit: 10, run: "test:old", placement: nil, name: nil).map(\.seq) == [2, 4])
         #expect(store.events(since: 2, limit: 10, run: "test:old", placement: nil, name: nil).map(\.seq) == [4])
-        #expect(store.placementsJSON(run: "test:old")["from"] == "archive")
-        #expect(store.runJSON(id: "test:old") == ["run": ["id": "test:old", "stored": true], "from": "archive"])
+        let old = store.runDetail(id: "test:old")
+        #expect(old?.summary.stored == true && old?.eventsByName == ["archive": 1])
         #expect(store.holdsRun("test:old"))
-        #expect(store.runJSON(id: "test:none") == nil)
+        #expect(store.runDetail(id: "test:none") == nil)
         #expect(store.events(since: nil, limit: 10, run: "test:none", placement: nil, name: nil).isEmpty)
     }
 
@@ -69,9 +68,8 @@ struct LayeredEventStoreTests {
         // After the primary's newest seq nothing more: the archive's rows of a live run never leak in.
         #expect(store.events(since: 3, limit: 10, run: "live", placement: nil, name: nil).isEmpty)
         #expect(store.events(since: nil, limit: 10, run: nil, placement: nil, name: nil).map(\.seq) == [1, 2, 3])
-        #expect(store.placementsJSON(run: nil)["from"] == "memory")
-        #expect(store.placementsJSON(run: "live")["from"] == "memory")
-        #expect(store.runJSON(id: "test:both")?["from"] == "memory")
+        #expect(store.runDetail(id: "test:both")?.eventsByName == ["memory": 1])
+        #expect(store.runDetail(id: "test:both")?.summary.stored == false)
         #expect(store.latestSeq == 3)
         _ = store.follow { _ in }
         #expect(memory.followed.withLock { $0 } == 1)

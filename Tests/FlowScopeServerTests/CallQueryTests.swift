@@ -65,19 +65,20 @@ struct CallQueryTests {
     @Test("events fold by trace into calls with their placement, source, audience, variation, targeting, error, duration and start")
     func foldsCalls() throws {
         let (memory, t) = try Self.store()
-        let calls = CallSummary.fold(memory.events(limit: 1000, run: "live"))
+        let calls = CallFold.calls(memory.events(limit: 1000, run: "live"))
         #expect(calls.map(\.trace) == [t["slow"], t["error"], t["preload"], t["cache"], t["lost"], t["network"]].compactMap { $0 },
                 "newest first")
         let lost = try #require(calls.first { $0.trace == t["lost"] })
-        #expect(lost.placement == "main_paywall" && lost.call == "getFlow" && lost.source == "defaultAudience")
+        #expect(lost.placement == "main_paywall" && lost.name == "getFlow" && lost.source == "defaultAudience" && lost.kind == .fetch)
         #expect(lost.audience == "All Users" && lost.variation == "all-B" && lost.targetingLost && lost.duration == 4.7)
-        #expect(lost.timeouts == 1 && lost.fallbacks == 1 && lost.requests == 2 && lost.events == 8 && lost.finished)
+        #expect(lost.timeouts.count == 1 && lost.fallbacks == ["defaultAudience"] && lost.requests.count == 2 && lost.events == 8 && lost.finished)
+        #expect(lost.requests.map(\.outcome) == ["timeout", "ok"] && lost.requests.map(\.budget) == [4.5, 0.5] && !lost.isIncomplete)
         #expect(lost.start == Self.base + 1)
         let preload = try #require(calls.first { $0.trace == t["preload"] })
-        #expect(preload.placement == nil && preload.placements == ["settings_upsell"] && preload.call == "preloadFlows")
+        #expect(preload.placement == nil && preload.placements == ["settings_upsell"] && preload.name == "preloadFlows" && preload.kind == .preload)
         #expect(preload.failed == ["settings_upsell": 2005] && preload.isError && preload.duration == 5)
         let error = try #require(calls.first { $0.trace == t["error"] })
-        #expect(error.errorCode == 2004 && error.call == "getFlowOrDefault" && error.source == nil)
+        #expect(error.errorCode == 2004 && error.name == "getFlowOrDefault" && error.source == nil)
     }
 
     @Test("each filter narrows /api/calls to exactly the calls it names")
@@ -119,7 +120,7 @@ struct CallQueryTests {
         expect([("limit", "2")], ["slow", "error"])
     }
 
-    @Test("the answer counts matched and scanned calls and gives p50, p95, sources, errors, timeouts and targeting lost of the matched calls")
+    @Test("the answer counts matched and scanned calls and gives p50, p95 (of the fetches that ended), sources, errors, timeouts and targeting lost of the matched calls")
     func statsAndCounts() throws {
         let (memory, t) = try Self.store()
         let answer = Self.get(Self.router(memory), "/api/calls", [("run", "live"), ("limit", "1")])
@@ -129,12 +130,14 @@ struct CallQueryTests {
         #expect(body["counts"]?["matched"] == 6 && body["counts"]?["returned"] == 1 && body["counts"]?["scannedCalls"] == 6)
         #expect(body["counts"]?["windowFull"] == false)
         let stats = try #require(body["stats"])
-        // Durations 0.001, 0.2, 0.3, 2, 4.7, 5: nearest rank p50 is the 3rd, p95 the 6th.
-        #expect(stats["p50"] == 0.3 && stats["p95"] == 5)
+        // Fetch durations 0.001, 0.2, 0.3, 2, 4.7 (the preload's 5 s is no fetch): nearest rank p50 is the 3rd, p95 the 5th.
+        #expect(stats["p50"] == 0.3 && stats["p95"] == 4.7 && stats["samples"] == 5)
+        #expect(stats["calls"] == 6 && stats["fetches"] == 5 && stats["open"] == 0)
+        #expect(body["coverage"]?["complete"] == true && body["coverage"]?["events"] == body["counts"]?["scannedEvents"])
         #expect(stats["sources"] == ["network": 2, "cache": 1, "defaultAudience": 1])
         #expect(stats["errors"] == 2 && stats["timeouts"] == 1 && stats["targetingLost"] == 1)
-        #expect(stats["durations"]?.arrayValue?.count == 6)
-        #expect(stats["durations"]?.arrayValue?.contains([5, "error", .string(t["preload"]!), "settings_upsell"]) == true)
+        #expect(stats["durations"]?.arrayValue?.count == 5)
+        #expect(stats["durations"]?.arrayValue?.contains([0.3, "error", .string(t["error"]!), "checkout"]) == true)
         #expect(body["latestSeq"]?.numberValue == Double(memory.latestSeq ?? 0))
         #expect(body["epoch"]?.stringValue?.isEmpty == false)
     }
@@ -235,12 +238,12 @@ struct CallQueryTests {
         #expect(Self.traces(r, [("errorCode", "2005")]) == [trace])
         func stats(_ query: [(String, String)]) -> JSONValue? { Self.get(r, "/api/calls", query).body["stats"] }
         #expect(stats([("placement", "home")])?["errors"] == 0)
-        #expect(stats([("placement", "home")])?["durations"] == [[1, "preload", .string(trace), "home"]])
+        #expect(stats([("placement", "home")])?["durations"] == [], "a preload's duration is no fetch duration")
         #expect(stats([("placement", "upsell")])?["errors"] == 1)
-        #expect(stats([])?["durations"] == [[1, "error", .string(trace), "home"]])
+        #expect(stats([])?["errors"] == 1 && stats([])?["calls"] == 1 && stats([])?["fetches"] == 0)
     }
 
-    @Test("/api/placements follows the filters and the time range: per placement, the matching calls (a preload counts for each placement it names); without filters, the run's totals")
+    @Test("/api/placements follows the filters and the time range: per placement, the matching calls (a preload counts for each placement it names); without filters, the same as a filter that excludes nothing")
     func placementsFollowFilters() throws {
         let memory = MemorySink()
         var b = Builder()
@@ -258,16 +261,16 @@ struct CallQueryTests {
             for row in answer.body["placements"]?.arrayValue ?? [] { out[row["placement"]?.stringValue ?? "?"] = row }
             return out
         }
-        // Without filters: exactly the store's totals (fetch.end counts; no `calls`).
-        #expect(Self.get(r, "/api/placements", [("run", "live")]).body == memory.placementsJSON(run: "live"))
-        #expect(rows([])["home"]?["fetches"] == 2 && rows([])["home"]?["calls"] == nil)
+        // Without filters: the same as with a filter that excludes nothing.
+        #expect(rows([]) == rows([("minDuration", "0")]) && rows([]) == rows([("from", "-100000d")]))
+        #expect(rows([])["home"]?["fetches"] == 2 && rows([])["home"]?["calls"] == 3)
 
         // Every call: the preload counts for home and for upsell.
         let all = rows([("from", "-100000d")])
         #expect(all["home"]?["calls"] == 3 && all["home"]?["fetches"] == 2 && all["upsell"]?["calls"] == 2 && all["checkout"]?["calls"] == 1)
         #expect(all["home"]?["sources"] == ["network": 1, "defaultAudience": 1] && all["home"]?["targetingLost"] == 1)
         #expect(all["home"]?["timeouts"] == 1 && all["home"]?["errors"] == 0 && all["home"]?["lastPreloadError"] == .null)
-        #expect(all["home"]?["duration"] == ["p50": 1, "p95": 4.7, "samples": 3])
+        #expect(all["home"]?["duration"] == ["p50": 0.2, "p95": 4.7, "samples": 2], "the fetches' durations, not the preload's")
         #expect(all["upsell"]?["errors"] == 1 && all["upsell"]?["lastPreloadError"]?["code"] == 2005)
         #expect(all["checkout"]?["errors"] == 1 && all["checkout"]?["sources"] == [:])
 
@@ -432,9 +435,8 @@ final class CountingStore: EventStore {
         return store.events(since: since, limit: limit, run: run, placement: placement, name: name)
     }
     var latestSeq: UInt64? { store.latestSeq }
-    func placementsJSON(run: String?) -> JSONValue { store.placementsJSON(run: run) }
-    func runsJSON() -> [JSONValue] { store.runsJSON() }
-    func runJSON(id: String) -> JSONValue? { store.runJSON(id: id) }
+    func runSummaries() -> [RunSummary] { store.runSummaries() }
+    func runDetail(id: String) -> RunDetail? { store.runDetail(id: id) }
     func follow(_ handler: @escaping @Sendable ([Envelope]) -> Void) -> @Sendable () -> Void { store.follow(handler) }
 }
 

@@ -65,62 +65,21 @@ struct MemorySinkTests {
         #expect(plain.events(limit: 100, run: "test:a").isEmpty)
     }
 
-    @Test("placement aggregates: counts by source, errors, timeouts, targeting lost and nearest-rank p50/p95")
-    func placementAggregates() {
-        let sink = MemorySink()
-        var batch: [Envelope] = []
-        // Durations 0.01 ... 1.00 in a shuffled order: p50 = 0.50, p95 = 0.95 (nearest rank).
-        var durations = (1...100).map { Double($0) / 100 }
-        durations.shuffle()
-        for (i, d) in durations.enumerated() {
-            let source = ["network", "cache", "defaultAudience", "fallbackFile"][i % 4]
-            batch.append(fetchEnd(UInt64(i + 1), source: source, duration: d, targetingLost: source == "defaultAudience"))
-        }
-        batch.append(fetchEnd(101, source: nil, duration: 4.5, errorCode: 2005))
-        batch.append(envelope(102, .timeout, attrs: ["stage": "targeted", "budget": 4.5, "elapsed": 4.5]))
-        batch.append(envelope(103, .timeout, attrs: ["stage": "default", "budget": 4.5, "elapsed": 4.5]))
-        batch.append(fetchEnd(104, placement: "onboarding", duration: 0.2))
-        sink.consume(batch)
-        let placements = sink.placements(run: "live")
-        #expect(placements.map(\.placement) == ["main_paywall", "onboarding"])
-        let main = placements[0]
-        #expect(main.fetches == 101)
-        #expect(main.sources == ["network": 25, "cache": 25, "defaultAudience": 25, "fallbackFile": 25])
-        #expect(main.errors == 1)
-        #expect(main.timeouts == 2)
-        #expect(main.targetingLost == 25)
-        #expect(main.samples == 101)
-        // With 4.5 added: 101 samples; rank ceil(50.5)=51 -> 0.51, ceil(95.95)=96 -> 0.96.
-        #expect(main.p50 == 0.51)
-        #expect(main.p95 == 0.96)
-        #expect(placements[1].p50 == 0.2 && placements[1].p95 == 0.2)
-        #expect(sink.placements(run: "nope").isEmpty)
-    }
-
-    @Test("the duration reservoir keeps only the last N durations per placement")
-    func durationReservoir() {
-        let sink = MemorySink(durationSamples: 10)
-        sink.consume((1...30).map { fetchEnd(UInt64($0), duration: Double($0)) })
-        let main = sink.placements(run: "live")[0]
-        #expect(main.samples == 10 && main.fetches == 30)
-        #expect(main.p50 == 25 && main.p95 == 30)
-    }
-
-    @Test("the last preload error per placement comes from preload.end failed")
-    func preloadErrors() {
+    @Test("run totals count fetch.end as a fetch and as errors a fetch.end with an errorCode and each placement a preload.end failed")
+    func runErrors() {
         let sink = MemorySink()
         sink.consume([
             envelope(1, .preloadEnd, placement: nil, ts: 100, attrs: ["succeeded": 1, "failed": ["a": 2005, "b": 2002]]),
             envelope(2, .preloadEnd, placement: nil, ts: 200, attrs: ["succeeded": 1, "failed": ["a": 2003]]),
-            envelope(3, .preloadEnd, placement: nil, ts: 300, attrs: ["succeeded": 2, "failed": [:]]),
+            envelope(3, .preloadEnd, placement: nil, ts: 300, attrs: ["succeeded": 2, "failed": [:], "errorCode": 3001]),
+            fetchEnd(4, duration: 1, errorCode: 2004),
+            fetchEnd(5, duration: 1),
         ])
-        let byPlacement = Dictionary(uniqueKeysWithValues: sink.placements(run: "live").map { ($0.placement, $0) })
-        #expect(byPlacement["a"]?.lastPreloadError == PreloadError(code: 2003, ts: 200, seq: 2))
-        #expect(byPlacement["b"]?.lastPreloadError == PreloadError(code: 2002, ts: 100, seq: 1))
-        #expect(sink.runs().first?.errors == 3)
+        #expect(sink.runs().first?.errors == 4)
+        #expect(sink.runs().first?.fetches == 2)
     }
 
-    @Test("runs: kinds by prefix, first/last ts, counts, most recently active first; all-runs merge")
+    @Test("runs: kinds by prefix, first/last ts, counts, most recently active first")
     func runs() {
         let sink = MemorySink()
         sink.consume([
@@ -137,23 +96,19 @@ struct MemorySinkTests {
         #expect(live.firstTs == 1_700_000_001 && live.lastTs == 1_700_000_004)
         #expect(runs[2].errors == 1)
         #expect(RunKind(runID: "some test name") == .test && RunKind(runID: "simulation:x") == .simulation)
-        let all = sink.placements()
-        #expect(all.count == 1 && all[0].fetches == 3 && all[0].errors == 1 && all[0].samples == 3)
         let detail = sink.run("live")
         #expect(detail?.eventsByName == ["fetch.end": 2])
         #expect(sink.run("nope") == nil)
     }
 
-    @Test("runs and placements are bounded")
+    @Test("runs are bounded: the least recently active non-live run is forgotten first")
     func bounds() {
-        let sink = MemorySink(maxRuns: 3, maxPlacements: 2)
+        let sink = MemorySink(maxRuns: 3)
         sink.consume([fetchEnd(1, run: "live", duration: 1)] + (2...6).map { fetchEnd(UInt64($0), run: "test:\($0)", duration: 1) })
         #expect(Set(sink.runs().map(\.id)) == ["live", "test:5", "test:6"])
-        sink.consume((7...10).map { fetchEnd(UInt64($0), placement: "p\($0)", duration: 1) })
-        #expect(sink.placements(run: "live").map(\.placement) == ["_other", "main_paywall", "p7"])
     }
 
-    @Test("JSON shapes of the API bodies")
+    @Test("the events page JSON has every event and the newest seq")
     func jsonShapes() throws {
         let sink = MemorySink()
         sink.consume([fetchEnd(1, duration: 0.25), envelope(2, .preloadEnd, placement: nil, ts: 0, attrs: ["failed": ["x": 2005]])])
@@ -161,18 +116,7 @@ struct MemorySinkTests {
         let parsed = try JSONSerialization.jsonObject(with: Data(events.utf8)) as? [String: Any]
         #expect((parsed?["events"] as? [Any])?.count == 2)
         #expect(parsed?["latestSeq"] as? Int == 2)
-        let placements = MemoryJSON.placements(sink.placements(run: "live"), run: "live")
-        #expect(placements["run"] == "live")
-        let first = placements["placements"]?.arrayValue?.first
-        #expect(first?["placement"] == "main_paywall")
-        #expect(first?["sources"] == ["network": 1])
-        #expect(first?["duration"] == ["p50": 0.25, "p95": 0.25, "samples": 1])
-        #expect(first?["lastPreloadError"] == .null)
-        let x = placements["placements"]?.arrayValue?.last
-        #expect(x?["lastPreloadError"] == ["code": 2005, "ts": "1970-01-01T00:00:00.000000Z", "seq": 2])
-        let runs = MemoryJSON.runs(sink.runs())
-        #expect(runs["runs"]?.arrayValue?.first?.objectValue?.keys.sorted() == ["errors", "events", "fetches", "firstTs", "id", "kind", "lastTs"])
-        #expect(sink.run("live")?.jsonValue["eventsByName"] == ["fetch.end": 1, "preload.end": 1])
+        #expect(sink.run("live")?.eventsByName == ["fetch.end": 1, "preload.end": 1])
     }
 
     @Test("subscribers get each consumed batch until they unsubscribe")
@@ -202,7 +146,7 @@ struct MemorySinkTests {
                 for _ in 0..<200 {
                     let events = sink.events(limit: 50)
                     #expect(zip(events, events.dropFirst()).allSatisfy { $0.seq < $1.seq })
-                    _ = sink.placements(run: "live"); _ = sink.runs()
+                    _ = sink.run("live"); _ = sink.runs()
                 }
             }
         }

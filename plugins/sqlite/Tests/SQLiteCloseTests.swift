@@ -28,7 +28,7 @@ struct SQLiteCloseTests {
         let reopened = try SQLiteSink(path: path)
         #expect(try reopened.count() == 300)
         #expect(try reopened.runs().map(\.run).sorted() == ["live", "test:a"])
-        #expect(reopened.runsJSON().count == 2, "the runs table was written too")
+        #expect(reopened.runSummaries().count == 2, "the runs table was written too")
         sink.close() // a second close does nothing
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir).contains("events.sqlite-wal"), "the reopened store's own WAL")
     }
@@ -50,10 +50,10 @@ struct SQLiteCloseTests {
         #expect(throws: SQLiteSinkError.self) { try sink.applyRetention() }
         #expect(sink.events(since: nil, limit: 10, run: nil, placement: nil, name: nil).isEmpty)
         #expect(sink.latestSeq == nil)
-        #expect(sink.runsJSON().isEmpty)
-        #expect(sink.runJSON(id: "live") == nil)
+        #expect(sink.runSummaries().isEmpty)
+        #expect(sink.runDetail(id: "live") == nil)
         #expect(!sink.holdsRun("live"))
-        #expect(sink.placementsJSON(run: "live")["placements"] == [])
+        #expect(sink.events(since: nil, limit: 10, run: "live", placement: nil, name: nil).isEmpty)
         #expect(sink.lastQueryError?.message == "the store is closed")
         sink.flush()
         sink.consume([envelope(4)])

@@ -14,20 +14,27 @@ private func fetchEnd(_ seq: UInt64, run: String, placement: String, source: Str
     return envelope(seq, ts: ts, run: run, name: .fetchEnd, placement: placement, attrs: EventAttributes(attrs))
 }
 
-/// The id of every object in a `runsJSON` answer.
-private func ids(_ runs: [JSONValue]) -> [String] { runs.compactMap { $0["id"]?.stringValue } }
+/// The id of every run.
+private func ids(_ runs: [RunSummary]) -> [String] { runs.map(\.id) }
+
+/// The read model's placements of `run` over what `store` holds.
+private func placements(_ store: any EventStore, run: String) -> [PlacementStatistics] {
+    var filter = CallFilter()
+    filter.run = run
+    return CallQuery().placements(in: store, filter: filter).placements
+}
 
 @Suite("SQLite event store as the dashboard's EventStore")
 struct SQLiteStoreTests {
-    @Test("events, runs, run detail and placements read back what was written, in the memory sink's shapes")
+    @Test("events, runs and run detail read back what was written, as the memory sink counts them; the read model's placements come from its events")
     func readsBack() throws {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let sink = try SQLiteSink(path: dir + "/events.db")
         let store: any EventStore = sink
         #expect(store.latestSeq == nil)
-        #expect(store.runsJSON().isEmpty)
-        #expect(store.runJSON(id: "test:a") == nil)
+        #expect(store.runSummaries().isEmpty)
+        #expect(store.runDetail(id: "test:a") == nil)
         sink.consume([
             envelope(1, ts: 1_796_000_000, run: "test:a", name: .fetchStart),
             fetchEnd(2, run: "test:a", placement: "main", source: "network", duration: 0.2, ts: 1_796_000_001),
@@ -49,38 +56,35 @@ struct SQLiteStoreTests {
         #expect(first.attrs["errorCode"] == .number(2005))
 
         // Most recently active first; errors count fetch.end errorCodes and preload.end failures.
-        let runs = store.runsJSON()
+        let runs = store.runSummaries()
         #expect(ids(runs) == ["live", "test:a", "sim:x"])
-        #expect(runs[1] == ["id": "test:a", "kind": "test", "firstTs": .string(ISO8601.format(1_796_000_000)),
-                            "lastTs": .string(ISO8601.format(1_796_000_005)), "events": 6, "fetches": 3, "errors": 3])
-        #expect(runs[0]["kind"] == "live")
-        #expect(runs[2]["kind"] == "simulation")
-        #expect(runs[2]["errors"] == 0, "a null errorCode is no error")
+        #expect(runs[1] == RunSummary(id: "test:a", kind: .test, firstTs: 1_796_000_000, lastTs: 1_796_000_005, events: 6,
+                                      fetches: 3, errors: 3))
+        #expect(runs[0].kind == .live)
+        #expect(runs[2].kind == .simulation)
+        #expect(runs[2].errors == 0, "a null errorCode is no error")
 
-        let placements = store.placementsJSON(run: "test:a")
-        #expect(placements["run"] == "test:a")
-        let list = try #require(placements["placements"]?.arrayValue)
-        #expect(list.compactMap { $0["placement"]?.stringValue } == ["extra", "main", "onboarding"])
-        #expect(list[1] == ["placement": "main", "fetches": 3, "sources": ["network": 1, "cache": 1], "errors": 1,
-                            "targetingLost": 1, "timeouts": 0, "duration": ["p50": 0.4, "p95": 0.9, "samples": 3],
-                            "lastPreloadError": .null])
-        #expect(list[2]["timeouts"] == 1)
-        #expect(list[2]["lastPreloadError"] == ["code": 504, "ts": .string(ISO8601.format(1_796_000_005)), "seq": 6])
-        #expect(store.placementsJSON(run: "nobody")["placements"] == [])
+        let list = placements(store, run: "test:a")
+        // The lone fetch.start is a call still open; the preload.end a preload that failed two placements.
+        #expect(list.map(\.placement) == ["extra", "main", "main_paywall", "onboarding"])
+        #expect(list[2].open == 1 && list[2].fetches == 0)
+        #expect(list[1].fetches == 3 && list[1].sources == ["network": 1, "cache": 1] && list[1].errors == 1)
+        #expect(list[1].targetingLost == 1 && list[1].duration == DurationPercentiles([0.2, 0.4, 0.9]))
+        #expect(list[1].duration.p50 == 0.4 && list[1].duration.p95 == 0.9)
+        #expect(list[3].lastPreloadError == PreloadError(code: 504, ts: 1_796_000_005, seq: 6) && list[3].errors == 1)
+        #expect(placements(store, run: "nobody").isEmpty)
 
-        let detail = try #require(store.runJSON(id: "test:a"))
-        #expect(detail["run"] == runs[1])
-        #expect(detail["placements"] == placements["placements"])
-        #expect(detail["eventsByName"] == ["fetch.start": 1, "fetch.end": 3, "timeout": 1, "preload.end": 1])
+        let detail = try #require(store.runDetail(id: "test:a"))
+        #expect(detail.summary == runs[1])
+        #expect(detail.eventsByName == ["fetch.start": 1, "fetch.end": 3, "timeout": 1, "preload.end": 1])
         #expect(store.holdsRun("sim:x"))
         #expect(!store.holdsRun("sim:y"))
         #expect(sink.lastQueryError == nil)
 
         // Asked again after another batch of the run: counted again, not the details kept before.
         sink.consume([fetchEnd(9, run: "test:a", placement: "main", duration: 0.3, ts: 1_796_000_020)])
-        let main = store.placementsJSON(run: "test:a")["placements"]?.arrayValue?.first { $0["placement"] == "main" }
-        #expect(main?["fetches"] == 4)
-        #expect(store.runJSON(id: "test:a")?["eventsByName"]?["fetch.end"] == 4)
+        #expect(placements(store, run: "test:a").first { $0.placement == "main" }?.fetches == 4)
+        #expect(store.runDetail(id: "test:a")?.eventsByName["fetch.end"] == 4)
     }
 
     @Test("overlapping seqs of two processes stay apart: each row has its epoch, the view numbers rows by id")
@@ -110,7 +114,7 @@ struct SQLiteStoreTests {
         }
         #expect(seen.map(\.seq) == Array(1...10))
         #expect(seen.map { $0.attrs["process"] } == Array(repeating: 1, count: 5) + Array(repeating: 2, count: 5))
-        #expect(second.runsJSON().first?["events"] == 10)
+        #expect(second.runSummaries().first?.events == 10)
     }
 
     @Test("a file of schema version 1 (no epoch column, no runs table) is migrated: old rows read with epoch legacy and are counted, new rows append")
@@ -141,8 +145,8 @@ struct SQLiteStoreTests {
         #expect(rows.map(\.epoch) == ["legacy", "legacy", "cccccccccccccccc"])
         #expect(rows.map(\.envelope.run) == ["test:old", "test:old", "test:new"])
         #expect(rows.first?.envelope.attrs["source"] == "cache")
-        #expect(ids(sink.runsJSON()).sorted() == ["test:new", "test:old"])
-        #expect(sink.placementsJSON(run: "test:old")["placements"]?.arrayValue?.first?["timeouts"] == 1)
+        #expect(ids(sink.runSummaries()).sorted() == ["test:new", "test:old"])
+        #expect(placements(sink, run: "test:old").first?.duration.p50 == 0.3)
         let schema = try runSQLite(path, "PRAGMA user_version; SELECT name FROM sqlite_master WHERE type = 'index' ORDER BY name;")
         #expect(schema == "2\nevents_name\nevents_placement\nevents_run\nevents_ts\n")
         // The runs table was counted from the old rows, then the new batch added.
@@ -161,29 +165,29 @@ struct SQLiteStoreTests {
         let sink = try SQLiteSink(options: .init(path: dir + "/events.db", retention: 100, retentionInterval: 0), now: { clock.now })
         sink.consume([fetchEnd(1, run: "test:a", placement: "main", duration: 0.1, errorCode: 7, ts: 9_950),
                       envelope(9, ts: 9_951, run: "test:gone")])
-        #expect(sink.runsJSON().count == 2)
+        #expect(sink.runSummaries().count == 2)
         sink.consume([fetchEnd(2, run: "test:a", placement: "main", duration: 0.1, errorCode: "E", ts: 9_990),
                       envelope(3, ts: 9_995, run: "test:b")])
-        let runs = sink.runsJSON()
+        let runs = sink.runSummaries()
         #expect(ids(runs) == ["test:b", "test:a", "test:gone"])
-        #expect(runs[1]["events"] == 2)
-        #expect(runs[1]["errors"] == 2)
+        #expect(runs[1].events == 2)
+        #expect(runs[1].errors == 2)
         // The pass deletes the two oldest rows: they leave the totals, and test:gone with them.
         clock.set(10_060)
         sink.consume([envelope(4, ts: 10_060, run: "test:b")])
         #expect(sink.deletedCount == 2)
-        let after = sink.runsJSON()
+        let after = sink.runSummaries()
         #expect(ids(after) == ["test:b", "test:a"])
-        #expect(after.first { $0["id"] == "test:a" }?["events"] == 1)
-        #expect(after.first { $0["id"] == "test:a" }?["errors"] == 1)
-        #expect(after.first { $0["id"] == "test:a" }?["firstTs"] == .string(ISO8601.format(9_990)))
-        #expect(after.first { $0["id"] == "test:b" }?["events"] == 2)
+        #expect(after.first { $0.id == "test:a" }?.events == 1)
+        #expect(after.first { $0.id == "test:a" }?.errors == 1)
+        #expect(after.first { $0.id == "test:a" }?.firstTs == 9_990)
+        #expect(after.first { $0.id == "test:b" }?.events == 2)
         // The same as counting the rows left.
         #expect(try runSQLite(dir + "/events.db", "SELECT run, count(*), min(ts), max(ts) FROM events GROUP BY run ORDER BY run;")
             == "test:a|1|9990.0|9990.0\ntest:b|2|9995.0|10060.0\n")
     }
 
-    @Test("rows whose attrs are not JSON (edited by hand) are skipped by the aggregates; nothing fails")
+    @Test("rows whose attrs are not JSON (edited by hand) are skipped by the read model; nothing fails")
     func malformedRow() throws {
         let dir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -197,11 +201,11 @@ struct SQLiteStoreTests {
             """)
         let fresh = try SQLiteSink(path: path)
         // The runs table counts what the sink wrote; rows inserted by hand are not in it.
-        #expect(fresh.runsJSON().first?["events"] == 1)
-        let main = fresh.placementsJSON(run: "test:a")["placements"]?.arrayValue?.first
-        #expect(main?["fetches"] == 2)
-        #expect(main?["duration"]?["samples"] == 1)
-        #expect(fresh.runJSON(id: "test:a")?["eventsByName"] == ["fetch.end": 2, "preload.end": 1])
+        #expect(fresh.runSummaries().first?.events == 1)
+        let main = placements(fresh, run: "test:a").first
+        #expect(main?.fetches == 1)
+        #expect(main?.duration.samples == 1)
+        #expect(fresh.runDetail(id: "test:a")?.eventsByName == ["fetch.end": 2, "preload.end": 1])
         #expect(fresh.events(since: nil, limit: 10, run: "test:a", placement: nil, name: nil).map(\.seq) == [1], "undecodable rows are skipped")
         #expect(fresh.lastQueryError == nil)
     }
@@ -219,16 +223,16 @@ struct SQLiteStoreTests {
         ])
         // Before: bound with length -1, the rows were written as run "live" and placement "main", so
         // run "live" had 2 events and any id starting "live\0" answered with run "live".
-        #expect(Set(ids(store.runsJSON())) == ["live", "live\u{0}evil", ""])
-        #expect(store.runJSON(id: "live")?["run"]?["events"] == 1)
-        #expect(store.runJSON(id: "live\u{0}evil")?["run"]?["events"] == 1)
-        #expect(store.runJSON(id: "live\u{0}other") == nil)
+        #expect(Set(ids(store.runSummaries())) == ["live", "live\u{0}evil", ""])
+        #expect(store.runDetail(id: "live")?.summary.events == 1)
+        #expect(store.runDetail(id: "live\u{0}evil")?.summary.events == 1)
+        #expect(store.runDetail(id: "live\u{0}other") == nil)
         #expect(store.events(since: nil, limit: 10, run: "live", placement: nil, name: nil).map(\.seq) == [1])
         let evil = store.events(since: nil, limit: 10, run: "live\u{0}evil", placement: nil, name: nil)
         #expect(evil.map(\.seq) == [2])
         #expect(evil.first?.placement == "main\u{0}x")
         #expect(store.events(since: nil, limit: 10, run: nil, placement: "main", name: nil).isEmpty)
-        #expect(store.placementsJSON(run: "live\u{0}evil")["placements"]?.arrayValue?.first?["placement"] == "main\u{0}x")
+        #expect(placements(store, run: "live\u{0}evil").first?.placement == "main\u{0}x")
         // An empty text is bound as text, not NULL (the placement column allows NULL: it must stay "").
         #expect(store.events(since: nil, limit: 10, run: "", placement: nil, name: nil).first?.placement == "")
     }
