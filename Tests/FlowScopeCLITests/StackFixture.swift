@@ -143,8 +143,17 @@ enum Events {
     static let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
     static let span = "00f067aa0ba902b7"
 
+    private static let traces = Atomic<UInt64>(0)
+
+    /// A trace id of its own (32 hex digits), for a call of its own.
+    static func newTrace() -> String {
+        let n = traces.add(1, ordering: .relaxed).newValue
+        let digits = String(n, radix: 16)
+        return "f" + String(repeating: "0", count: 31 - digits.count) + digits
+    }
+
     static func envelope(_ name: String, placement: String? = nil, run: String = "ingest-test", t: Double = 1,
-                         attrs: [String: JSONValue] = [:]) -> JSONValue {
+                         trace: String = Events.trace, attrs: [String: JSONValue] = [:]) -> JSONValue {
         var o: [String: JSONValue] = ["ts": "2026-12-02T10:11:12.345678Z", "t": .number(t), "run": .string(run),
                                       "trace": .string(trace), "span": .string(span), "name": .string(name),
                                       "attrs": .object(attrs)]
@@ -152,14 +161,14 @@ enum Events {
         return .object(o)
     }
 
-    /// A fetch.end as the engine writes it.
+    /// A fetch.end as the engine writes it, in a trace of its own (a call without its start).
     static func fetchEnd(_ placement: String, source: String, duration: Double, run: String = "ingest-test",
                          targetingLost: Bool = false, errorCode: String? = nil, call: String = "getFlow") -> JSONValue {
         var attrs: [String: JSONValue] = ["call": .string(call), "source": .string(source), "variation": "v1",
                                           "audience": "All Users", "targetingLost": .bool(targetingLost),
                                           "duration": .number(duration)]
         if let errorCode { attrs["errorCode"] = .string(errorCode) }
-        return envelope("fetch.end", placement: placement, run: run, attrs: attrs)
+        return envelope("fetch.end", placement: placement, run: run, trace: newTrace(), attrs: attrs)
     }
 
     /// JSON Lines text of `events`.
