@@ -73,7 +73,8 @@ public struct BenchmarkSuite: Sendable {
     /// The names, in the order they run and print.
     public static let names = [
         "engine.getFlow.cacheHit", "engine.getFlow.cacheHit.noSink", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
-        "metrics.counter.increment", "metrics.render", "sim.calls", "scenario.steps", "sqlite.insert",
+        "metrics.counter.increment", "metrics.render", "sim.calls", "scenario.steps", "sqlite.insert", "readmodel.fold",
+        "api.placements",
     ]
 
     func count(_ n: Int, minimum: Int = 100) -> Int { max(minimum, Int(Double(n) * scale)) }
@@ -94,6 +95,8 @@ public struct BenchmarkSuite: Sendable {
             case "metrics.render": results.append(try metricsRender())
             case "sim.calls": results.append(simCalls())
             case "scenario.steps": results.append(try scenarioSteps())
+            case "readmodel.fold": results.append(readModelFold())
+            case "api.placements": results.append(apiPlacements())
             default: results.append(try sqliteInsert())
             }
         }
@@ -361,6 +364,85 @@ public struct BenchmarkSuite: Sendable {
         }
         return BenchmarkResult(name: "sqlite.insert", value: median(sink), unit: "events/s",
                                baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
+    }
+
+    // MARK: read model
+
+    /// `count` events of calls as the engine writes them (fetch.start, cache.miss, request.start,
+    /// request.end, fetch.end; every eighth call a preload of three placements), traces interleaved
+    /// four at a time, numbered from 1, all of run `bench`.
+    func callEvents(_ count: Int) -> [Envelope] {
+        var out: [Envelope] = []
+        out.reserveCapacity(count + 8)
+        var call: UInt64 = 0
+        while out.count < count {
+            var group: [[Envelope]] = []
+            for _ in 0..<4 {
+                call += 1
+                let trace = TraceID(high: 0xbe, low: call), t = Double(call) * 0.01
+                func e(_ name: EventName, _ span: UInt64, _ placement: String?, _ dt: Double, _ attrs: EventAttributes) -> Envelope {
+                    Envelope(seq: 0, ts: 1_790_000_000 + t + dt, t: t + dt, run: "bench", trace: trace, span: SpanID(raw: span),
+                             name: name, placement: placement, attrs: attrs)
+                }
+                let placement = "placement_\(call % 16)", d = Double(call % 997) / 1000
+                if call % 8 == 0 {
+                    group.append([e(.preloadStart, 1, nil, 0, ["call": "preloadFlows", "placements": ["a", "b", "c"]]),
+                                  e(.preloadEnd, 1, nil, d, ["call": "preloadFlows", "succeeded": ["a", "b"], "failed": ["c": 2005],
+                                                             "duration": .number(d)])])
+                } else {
+                    group.append([e(.fetchStart, 1, placement, 0, ["call": "getFlow"]), e(.cacheMiss, 1, placement, 0, [:]),
+                                  e(.requestStart, 2, placement, 0, ["kind": "targeted", "timeout": 4.5]),
+                                  e(.requestEnd, 2, placement, d, ["kind": "targeted", "outcome": "ok", "duration": .number(d)]),
+                                  e(.fetchEnd, 1, placement, d, ["call": "getFlow", "source": "network", "duration": .number(d),
+                                                                 "targetingLost": false])])
+                }
+            }
+            for i in 0..<5 { for g in group where i < g.count { out.append(g[i]) } }
+        }
+        for i in out.indices { out[i].seq = UInt64(i + 1) }
+        return out
+    }
+
+    /// Events folded into calls per second (`CallFold`, the read model's one fold).
+    func readModelFold() -> BenchmarkResult {
+        let events = callEvents(count(100_000, minimum: 10_000))
+        var rates: [Double] = []
+        for run in 0...runs {
+            let start = monotonicNanos()
+            let calls = CallFold.calls(events)
+            let seconds = Double(monotonicNanos() - start) / 1e9
+            guard !calls.isEmpty else { continue }
+            if run > 0 { rates.append(Double(events.count) / seconds) }
+        }
+        return BenchmarkResult(name: "readmodel.fold", value: median(rates), unit: "events/s", baseline: nil, target: ">= 500,000")
+    }
+
+    /// `GET /api/placements?run=` as the server answers it (the read model over the run's newest
+    /// 20,000 events) from a memory sink holding a run of 100,000 events, against `GET /api/calls`
+    /// over the same window.
+    func apiPlacements() -> BenchmarkResult {
+        let events = callEvents(count(100_000, minimum: 25_000))
+        let memory = MemorySink(capacity: events.count)
+        memory.consume(events)
+        let query = CallQuery()
+        var filter = CallFilter()
+        filter.run = "bench"
+        var placements: [Double] = [], calls: [Double] = []
+        for run in 0...runs {
+            var start = monotonicNanos()
+            let answer = query.placements(in: memory, filter: filter)
+            let placementSeconds = Double(monotonicNanos() - start) / 1e9
+            start = monotonicNanos()
+            let page = query.calls(in: memory, filter: filter, limit: 50)
+            let callSeconds = Double(monotonicNanos() - start) / 1e9
+            guard !answer.placements.isEmpty, page.matched > 0 else { continue }
+            if run > 0 {
+                placements.append(placementSeconds * 1000)
+                calls.append(callSeconds * 1000)
+            }
+        }
+        return BenchmarkResult(name: "api.placements", value: median(placements), unit: "ms/query",
+                               baseline: ("/api/calls over the same 20,000 events", median(calls)), target: "<= 1.5x baseline")
     }
 
     // MARK: pieces
