@@ -830,13 +830,15 @@ function renderQueryKpis(events) {
   const sources = stats.sources ?? {};
   const ok = Object.values(sources).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
   const network = sources.network ?? 0;
-  const durations = Array.isArray(stats.durations) ? stats.durations.length : 0;
-  setKpi('fetches', fmt.count(matched), 'matching calls');
+  // The read model's numbers (docs/events-and-metrics.md, "Numbers"): the same as without a filter.
+  const fetches = Number.isFinite(stats.fetches) ? stats.fetches : 0;
+  const samples = Number.isFinite(stats.samples) ? stats.samples : 0;
+  setKpi('fetches', fmt.count(fetches), matched !== null ? `of ${fmt.count(matched)} matching calls` : 'matching calls');
   setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(stats.p50), durations ? `${fmt.count(durations)} matching calls` : '');
-  setKpi('p95', fmt.duration(stats.p95), durations ? `${fmt.count(durations)} matching calls` : '', stats.p95 >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(stats.timeouts), matched ? `${(stats.timeouts / matched).toFixed(2)} per call` : '', stats.timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(stats.targetingLost), matched ? `${fmt.percent(stats.targetingLost, matched)} of calls` : '', stats.targetingLost ? 'warn' : '');
+  setKpi('p50', fmt.duration(stats.p50), samples ? `${fmt.count(samples)} matching fetches` : '');
+  setKpi('p95', fmt.duration(stats.p95), samples ? `${fmt.count(samples)} matching fetches` : '', stats.p95 >= 4 ? 'warn' : '');
+  setKpi('timeouts', fmt.count(stats.timeouts), fetches ? `${(stats.timeouts / fetches).toFixed(2)} per fetch` : '', stats.timeouts ? 'warn' : '');
+  setKpi('targetingLost', fmt.count(stats.targetingLost), fetches ? `${fmt.percent(stats.targetingLost, fetches)} of fetches` : '', stats.targetingLost ? 'warn' : '');
   setKpi('errors', fmt.count(stats.errors), 'fetch + preload', stats.errors ? 'bad' : '');
   const minuteAgo = Date.now() - 60000;
   const recent = events.filter((e) => new Date(e.ts).getTime() >= minuteAgo).length;

@@ -66,7 +66,7 @@ struct DashboardBrowserFilterTests {
               return rows.length > 0 && rows.every((g) => g.dataset.source === 'cache'); })()
             """
         #expect(try browser.waitFor(onlyCache), "the waterfall shows cache calls only")
-        #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent === 'matching calls'"))
+        #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent.endsWith(' matching calls')"))
 
         // Live: new matching calls keep arriving, with one /api/calls request a second at most.
         let before = try browser.evaluate(Self.callRequests).numberValue ?? 0
@@ -90,7 +90,7 @@ struct DashboardBrowserFilterTests {
         let answer = try Self.api(stack, "/api/calls?run=live&source=cache&limit=1000")
         let matched = Int(answer["counts"]?["matched"]?.numberValue ?? -1)
         #expect(matched > 3)
-        #expect(try browser.waitFor("\(Self.kpiFetches) === '\(matched)'"), "KPI fetches = the \(matched) matching calls")
+        #expect(try browser.waitFor("\(Self.kpiFetches) === '\(matched)'"), "KPI fetches = the \(matched) matching calls, all of them fetches that ended")
         #expect(try browser.waitFor("[...document.querySelectorAll('#histogram g.bin')].reduce((s, g) => s + Number(g.dataset.count), 0) === \(matched)"),
                 "the histogram counts the matching calls")
         let traces = Set(answer["calls"]?.arrayValue?.compactMap { $0["trace"]?.stringValue } ?? [])
@@ -111,6 +111,28 @@ struct DashboardBrowserFilterTests {
         _ = try browser.evaluate("document.querySelector('#f-clear').click()")
         #expect(try browser.waitFor("[...document.querySelectorAll('#waterfall g.wf-call')].some((g) => g.dataset.source === 'network')"))
         #expect(try browser.evaluate("location.hash.includes('source=')") == .bool(false))
+    }
+
+    @Test("the KPIs show the same numbers with no filter and with a filter that excludes nothing (minDuration=0 on a run without open calls)")
+    func noOpFilterKeepsKpis() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live")
+        defer { browser.close() }
+        let kpis = """
+            JSON.stringify(['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
+              .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent))
+            """
+        #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && \(Self.kpiFetches) !== '0'"))
+        usleep(1_500_000)
+        let plain = try browser.evaluate(kpis).stringValue ?? "?"
+        try Self.setFilter(browser, "f-min", "0")
+        #expect(try browser.waitFor("location.hash.includes('minDuration=0') && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent.endsWith(' matching calls')"))
+        usleep(1_500_000)
+        let filtered = try browser.evaluate(kpis).stringValue ?? "?"
+        #expect(filtered == plain, "no filter \(plain), minDuration=0 \(filtered)")
+        #expect(plain.contains("\"–\"") == false, "every KPI has a value: \(plain)")
     }
 
     @Test("a bad filter value is refused with a message naming the parameter; a filter nothing matches says so")
