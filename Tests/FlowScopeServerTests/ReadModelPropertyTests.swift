@@ -3,6 +3,7 @@ import FlowFetch
 import FlowJSON
 @testable import FlowScopeServer
 import MemorySink
+import MetricsSink
 import SQLiteSink
 import TestSupport
 import Testing
@@ -23,8 +24,9 @@ private struct EventStream {
 
     private mutating func roll(_ n: Int) -> Int { Int(random.next() % UInt64(n)) }
 
-    /// The events of `calls` random calls, each trace's events in order, traces interleaved.
-    mutating func generate(calls: Int) -> [Envelope] {
+    /// The events of `calls` random calls, each trace's events in order, traces interleaved; with
+    /// `damage`, some events missing, repeated or swapped with their neighbour.
+    mutating func generate(calls: Int, damage: Bool = true) -> [Envelope] {
         var traces: [[(EventName, UInt64, String?, Double, EventAttributes)]] = []
         var runOf: [String] = []
         for _ in 0..<calls {
@@ -45,12 +47,12 @@ private struct EventStream {
         // Damage: drop about 3%, repeat about 1%, swap neighbours about 5%.
         var arrived: [(Int, (EventName, UInt64, String?, Double, EventAttributes))] = []
         for item in ordered {
-            let r = roll(100)
+            let r = damage ? roll(100) : 100
             if r < 3 { continue }
             arrived.append(item)
             if r < 4 { arrived.append(item) }
         }
-        for i in arrived.indices.dropFirst() where roll(100) < 5 { arrived.swapAt(i - 1, i) }
+        for i in arrived.indices.dropFirst() where damage && roll(100) < 5 { arrived.swapAt(i - 1, i) }
         for (seq, (i, event)) in arrived.enumerated() {
             let (name, span, placement, t, attrs) = event
             events.append(Envelope(seq: UInt64(seq + 1), ts: 1_800_000_000 + t, t: t, run: runOf[i],
@@ -192,5 +194,33 @@ struct ReadModelPropertyTests {
             }
             #expect(answers["memory"] == answers["sqlite"] && answers["sqlite"] == answers["layered"], "seed \(seed) run \(run)")
         }
+    }
+
+    /// The sum of every sample of `family` in a Prometheus text exposition whose labels contain `matching`.
+    static func sum(_ exposition: String, _ family: String, matching: String = "") -> Double {
+        exposition.split(separator: "\n").reduce(0) { total, line in
+            guard line.hasPrefix(family + "{") || line.hasPrefix(family + " "), matching.isEmpty || line.contains(matching),
+                  let value = line.split(separator: " ").last.flatMap({ Double($0) }) else { return total }
+            return total + value
+        }
+    }
+
+    @Test("undamaged random streams: the metrics sink's counters equal the calls' fetches, errors, timeouts and targeting lost",
+          arguments: [11, 12, 13] as [UInt64])
+    func metricsAgree(seed: UInt64) throws {
+        var stream = EventStream(seed: seed)
+        let events = stream.generate(calls: 300, damage: false)
+        let memory = MemorySink(capacity: 100_000)
+        let metrics = try MetricsSink(version: "test")
+        memory.consume(events)
+        metrics.consume(events)
+        let totals = CallQuery().calls(in: memory, filter: CallFilter(), limit: 0).totals
+        let text = String(decoding: metrics.render(), as: UTF8.self)
+        #expect(Self.sum(text, "flowscope_fetches_total") == Double(totals.fetches), "seed \(seed)")
+        #expect(Self.sum(text, "flowscope_fetches_total", matching: "outcome=\"error\"") + Self.sum(text, "flowscope_preload_errors_total")
+                == Double(totals.errors), "seed \(seed)")
+        #expect(Self.sum(text, "flowscope_timeouts_total") == Double(totals.timeouts), "seed \(seed)")
+        #expect(Self.sum(text, "flowscope_targeting_lost_total") == Double(totals.targetingLost), "seed \(seed)")
+        #expect(totals.fetches > 100 && totals.errors > 10 && totals.timeouts > 10 && totals.targetingLost > 10, "seed \(seed): \(totals)")
     }
 }
