@@ -29,12 +29,17 @@ public struct Call: Sendable, Equatable {
         public var outcome: String?
         /// Whether request.start was held.
         public var hasStart: Bool
+        /// request.end's `duration` (seconds from the request's start to its end), when it reported one.
+        public var reportedDuration: Double?
+        /// Seq of request.end; nil while open.
+        public var endSeq: UInt64?
 
         /// A request with the given values.
         public init(placement: String?, kind: String, budget: Double?, issuedAt: Double, endedAt: Double?, outcome: String?,
-                    hasStart: Bool) {
+                    hasStart: Bool, reportedDuration: Double? = nil, endSeq: UInt64? = nil) {
             self.placement = placement; self.kind = kind; self.budget = budget; self.issuedAt = issuedAt
             self.endedAt = endedAt; self.outcome = outcome; self.hasStart = hasStart
+            self.reportedDuration = reportedDuration; self.endSeq = endSeq
         }
     }
 
@@ -252,15 +257,17 @@ public struct CallFold: Sendable {
                                            budget: a["timeout"]?.numberValue, issuedAt: e.t, endedAt: nil,
                                            outcome: nil, hasStart: true))
         case .requestEnd:
+            let reported = a["duration"]?.numberValue.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
             if let i = open.removeValue(forKey: e.span) {
                 c.requests[i].endedAt = e.t
                 c.requests[i].outcome = a["outcome"]?.stringValue
+                c.requests[i].reportedDuration = reported
+                c.requests[i].endSeq = seq
             } else {
                 c.unpaired += 1
-                let d = a["duration"]?.numberValue.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil } ?? 0
                 c.requests.append(Call.Request(placement: e.placement, kind: a["kind"]?.stringValue ?? "", budget: nil,
-                                               issuedAt: e.t - d, endedAt: e.t, outcome: a["outcome"]?.stringValue,
-                                               hasStart: false))
+                                               issuedAt: e.t - (reported ?? 0), endedAt: e.t, outcome: a["outcome"]?.stringValue,
+                                               hasStart: false, reportedDuration: reported, endSeq: seq))
             }
         case .timeout:
             c.timeouts.append(Call.Timeout(placement: e.placement, stage: a["stage"]?.stringValue, t: e.t))

@@ -232,34 +232,36 @@ public struct TrafficFit: Sendable {
     /// recorded): left out, their outcome is unknown.
     public var unfinished: Int
 
-    /// Fits the request.start / request.end / attribution.applied events among `envelopes`.
+    /// Fits the requests of `envelopes` as the read model folds them (``CallFold``: request.start
+    /// and request.end paired by trace and span), in the order their request.end came, and the
+    /// attribution.applied delays.
     public init(envelopes: [Envelope]) {
-        var started: [SpanKey: Bool] = [:]
-        var recorded: [RecordedRequest] = []
+        var fold = CallFold()
         var delays: [Double] = []
-        for e in envelopes {
-            switch e.name {
-            case .requestStart:
-                let key = SpanKey(trace: e.trace, span: e.span)
-                if e.placement != nil, started[key] == nil { started[key] = false }
-            case .requestEnd:
-                started[SpanKey(trace: e.trace, span: e.span)] = true
-                guard let placement = e.placement, let kind = e.attrs["kind"]?.stringValue,
-                      let duration = e.attrs["duration"]?.numberValue, duration.isFinite, duration >= 0,
-                      let outcome = e.attrs["outcome"]?.stringValue else { continue }
-                recorded.append(RecordedRequest(placement: placement, kind: kind, duration: duration, outcome: outcome))
-            case .attributionApplied:
-                if e.attrs["source"]?.stringValue ?? "appleAds" == "appleAds", let after = e.attrs["after"]?.numberValue,
-                   after.isFinite, after > 0 {
-                    delays.append(after)
-                }
-            default:
-                break
+        for (i, e) in envelopes.enumerated() {
+            // Numbered in the order given: a file's seqs may repeat (several processes wrote it).
+            fold.add(e.event, seq: UInt64(i), ts: e.ts, run: e.run)
+            if e.name == .attributionApplied, e.attrs["source"]?.stringValue ?? "appleAds" == "appleAds",
+               let after = e.attrs["after"]?.numberValue, after.isFinite, after > 0 {
+                delays.append(after)
             }
         }
-        self.init(requests: recorded, attributionDelays: delays)
+        var recorded: [(order: UInt64, request: RecordedRequest)] = []
+        var unfinished = 0
+        for call in fold.traces {
+            for r in call.requests {
+                guard let placement = r.placement else { continue }
+                guard let order = r.endSeq else {
+                    unfinished += 1
+                    continue
+                }
+                guard !r.kind.isEmpty, let duration = r.reportedDuration, let outcome = r.outcome else { continue }
+                recorded.append((order, RecordedRequest(placement: placement, kind: r.kind, duration: duration, outcome: outcome)))
+            }
+        }
+        self.init(requests: recorded.sorted { $0.order < $1.order }.map(\.request), attributionDelays: delays)
         events = envelopes.count
-        unfinished = started.values.count(where: { !$0 })
+        self.unfinished = unfinished
     }
 
     /// Fits `requests` (and the attribution delays, if any).
@@ -398,7 +400,3 @@ public struct TrafficFit: Sendable {
     }
 }
 
-private struct SpanKey: Hashable {
-    var trace: TraceID
-    var span: SpanID
-}

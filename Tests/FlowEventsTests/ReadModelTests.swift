@@ -143,7 +143,7 @@ struct ReadModelTests {
         let whole = calls["whole"]
         #expect(whole?.isIncomplete == false && whole?.name == "getFlowOrDefault" && whole?.duration == 0.3)
         #expect(whole?.requests == [Call.Request(placement: "whole", kind: "default", budget: 2.5, issuedAt: 0.1, endedAt: 0.3,
-                                                 outcome: "ok", hasStart: true)])
+                                                 outcome: "ok", hasStart: true, endSeq: 10)])
         #expect(whole?.fallbacks == ["defaultAudience"] && whole?.cacheReads == ["miss"] && whole?.attribution == "timeout")
         let totals = CallStatistics.totals(Array(calls.values))
         #expect(totals.calls == 4 && totals.open == 1 && totals.fetches == 3)
