@@ -73,7 +73,7 @@ let package = Package(
         .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"]),
 
         // Helpers shared by several test targets (a loopback HTTP server).
-        .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),
+        .target(name: "TestSupport", dependencies: ["COpenSSL", "FlowEvents", "FlowFetch", "FlowJSON"], path: "Tests/Support"),
         .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "FlowTLS", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
