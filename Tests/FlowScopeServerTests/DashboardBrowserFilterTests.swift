@@ -113,16 +113,19 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.evaluate("location.hash.includes('source=')") == .bool(false))
     }
 
-    @Test("the KPIs show the same numbers with no filter and with a filter that excludes nothing (minDuration=0 on a run without open calls)")
+    @Test("the KPIs and the placements table show the same numbers with no filter and with a filter that excludes nothing (minDuration=0 on a run without open calls)")
     func noOpFilterKeepsKpis() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         let stack = try DashboardStack()
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live")
         defer { browser.close() }
+        // The KPIs' values, then each row of the placements table, cell by cell.
         let kpis = """
-            JSON.stringify(['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
-              .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent))
+            JSON.stringify([['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
+              .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent),
+              [...document.querySelectorAll('#placements tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent)),
+              document.querySelector('#placements th[data-col=count]').textContent])
             """
         #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && \(Self.kpiFetches) !== '0'"))
         usleep(1_500_000)
@@ -132,7 +135,7 @@ struct DashboardBrowserFilterTests {
         usleep(1_500_000)
         let filtered = try browser.evaluate(kpis).stringValue ?? "?"
         #expect(filtered == plain, "no filter \(plain), minDuration=0 \(filtered)")
-        #expect(plain.contains("\"–\"") == false, "every KPI has a value: \(plain)")
+        #expect(plain.contains("settings_upsell") && plain.contains("main_paywall"), "the table has its rows: \(plain)")
     }
 
     @Test("a bad filter value is refused with a message naming the parameter; a filter nothing matches says so")

@@ -61,6 +61,36 @@ struct DashboardBrowserStoredRunsTests {
         #expect(HTMLSlice.count(of: "<tr class=\"ev ", in: dom) >= sample.count, "every stored event in the tail")
     }
 
+    @Test("a stored run's KPIs and placements table show the same numbers with no filter and with a filter that excludes nothing (minDuration=0)")
+    func storedRunNoOpFilter() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM")
+            return
+        }
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        let sample = DemoCalls.sample(run: "test:checkout")
+        let second = try restartedOnStoredRun(sample, "test:checkout", path: dir + "/events.sqlite").stack
+        let browser = try DevToolsBrowser(executable: chromium.path)
+        defer { browser.close() }
+        try browser.open("\(second.baseURL)/#run=test%3Acheckout")
+        #expect(try browser.waitFor("document.body.dataset.ready === 'true' && document.querySelectorAll('#tail tbody tr.ev').length >= \(sample.count)"))
+        // The KPIs' values, then each row of the placements table, cell by cell.
+        let kpis = """
+            JSON.stringify([['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
+              .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent),
+              [...document.querySelectorAll('#placements tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent)),
+              document.querySelector('#placements th[data-col=count]').textContent])
+            """
+        #expect(try browser.waitFor("\(DashboardBrowserFilterTests.kpiFetches) === '3'"), "three getFlow calls ended")
+        let plain = try browser.evaluate(kpis).stringValue ?? "?"
+        try DashboardBrowserFilterTests.setFilter(browser, "f-min", "0")
+        #expect(try browser.waitFor("location.hash.includes('minDuration=0') && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent.endsWith(' matching calls')"))
+        usleep(1_000_000)
+        let filtered = try browser.evaluate(kpis).stringValue ?? "?"
+        #expect(filtered == plain, "no filter \(plain), minDuration=0 \(filtered)")
+    }
+
     @Test("a stored run open in the page that gets new events is loaded again from the server's memory")
     func storedRunGoesLive() throws {
         guard let chromium = Chromium.executable() else {

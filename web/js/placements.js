@@ -62,17 +62,17 @@ export function sourceBar(sources, total) {
 }
 
 /**
- * Renders `placements` (as /api/placements answers) into the table body, busiest first. With `calls`
- * (a filtered answer), the count column is the matching calls of each placement.
+ * Renders `placements` (as /api/placements answers) into the table body, busiest first. The count
+ * column is the calls of each placement (its fetches, open or ended, and the preloads that name it),
+ * with a filter or without one. With `calls` (a filtered answer), the empty table says no call matched.
  */
 export function renderPlacements(section, placements, { calls = false } = {}) {
   const tbody = section.querySelector('tbody');
   const empty = section.querySelector('.panel-empty');
   const table = section.querySelector('table');
   clear(tbody);
-  const count = (p) => (calls ? p.calls : p.fetches) ?? 0;
-  section.querySelector('th[data-col="count"]').textContent = calls ? 'Calls' : 'Fetches';
-  empty.textContent = calls ? 'No call matches these filters.' : 'No fetches in this run yet.';
+  const count = (p) => p.calls ?? 0;
+  empty.textContent = calls ? 'No call matches these filters.' : 'No calls in this run yet.';
   const list = Array.isArray(placements) ? placements.slice() : [];
   list.sort((a, b) => count(b) - count(a) || String(a.placement).localeCompare(String(b.placement)));
   empty.hidden = list.length > 0;
