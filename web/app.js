@@ -5,7 +5,7 @@ import * as fmt from './js/format.js';
 import { EventBuffer, groupCalls, fetchDurations } from './js/store.js';
 import { renderPlacements, renderSourceLegend } from './js/placements.js';
 import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/waterfall.js';
-import { renderHistogram, markListedRange, percentile } from './js/histogram.js';
+import { renderHistogram, markListedRange } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
@@ -22,6 +22,8 @@ const state = {
   // Why the selected run could not be loaded (the server did not answer), or null.
   loadFailure: null,
   placements: [],
+  /** The read model's totals of the run's calls (GET /api/placements `totals`). */
+  totals: null,
   // The selected run's own events, loaded from the server per run: other runs never push them out.
   buffer: new EventBuffer(),
   // Every event the stream brought, for the tail when it shows other runs than the selected one.
@@ -252,6 +254,7 @@ async function loadAggregates() {
     if ((placements.run ?? null) !== run && placements.run !== undefined) return; // a newer selection won
     if (run !== (state.run === '' ? null : state.run)) return;
     state.placements = Array.isArray(placements.placements) ? placements.placements : [];
+    state.totals = placements.totals && typeof placements.totals === 'object' ? placements.totals : null;
     state.runMissing = detail === MISSING;
     state.runDetail = detail === MISSING ? null : detail;
     state.error = null;
@@ -848,27 +851,24 @@ function renderQueryKpis(events) {
 
 function renderKpis(events) {
   if (queryMode()) { renderQueryKpis(events); return; }
+  // The read model's totals over the run's calls (GET /api/placements): the same numbers a filter
+  // that excludes nothing gives (docs/events-and-metrics.md, "Numbers").
+  const t = state.totals ?? {};
+  const n = (v) => (Number.isFinite(v) ? v : 0);
+  const fetches = n(t.fetches);
+  const sources = t.sources ?? {};
+  const ok = Object.values(sources).reduce((a, b) => a + n(b), 0);
+  const network = n(sources.network);
+  const samples = n(t.samples);
   const ps = state.placements;
-  const sum = (f) => ps.reduce((s, p) => s + (Number.isFinite(f(p)) ? f(p) : 0), 0);
-  const fetches = sum((p) => p.fetches);
-  const network = sum((p) => p.sources?.network);
-  const ok = sum((p) => Object.values(p.sources ?? {}).reduce((a, b) => a + b, 0));
-  const durations = fetchDurations(events).map((s) => s.duration).sort((a, b) => a - b);
-  const summary = state.runDetail?.run ?? null;
-  // One meaning in every view: failed fetches plus placements a preload failed, as the run summaries
-  // count them (all runs: the sum over the runs; the placements alone miss the preload failures).
-  const runErrors = state.runs.filter((r) => r.kind !== 'simulation' && Number.isFinite(r.errors));
-  const errors = summary && Number.isFinite(summary.errors) ? summary.errors
-    : state.run === '' && runErrors.length ? runErrors.reduce((s, r) => s + r.errors, 0) : sum((p) => p.errors);
-  const timeouts = sum((p) => p.timeouts);
-  const lost = sum((p) => p.targetingLost);
   setKpi('fetches', fmt.count(fetches), `${fmt.count(ps.length)} placement${ps.length === 1 ? '' : 's'}`);
   setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(percentile(durations, 50)), durations.length ? `last ${fmt.count(durations.length)} calls` : '');
-  setKpi('p95', fmt.duration(percentile(durations, 95)), durations.length ? `last ${fmt.count(durations.length)} calls` : '', percentile(durations, 95) >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(timeouts), fetches ? `${(timeouts / fetches).toFixed(2)} per fetch` : '', timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(lost), fetches ? `${fmt.percent(lost, fetches)} of fetches` : '', lost ? 'warn' : '');
-  setKpi('errors', fmt.count(errors), summary || (state.run === '' && runErrors.length) ? 'fetch + preload' : '', errors ? 'bad' : '');
+  setKpi('p50', fmt.duration(t.p50), samples ? `${fmt.count(samples)} fetches` : '');
+  setKpi('p95', fmt.duration(t.p95), samples ? `${fmt.count(samples)} fetches` : '', t.p95 >= 4 ? 'warn' : '');
+  setKpi('timeouts', fmt.count(n(t.timeouts)), fetches ? `${(n(t.timeouts) / fetches).toFixed(2)} per fetch` : '', t.timeouts ? 'warn' : '');
+  setKpi('targetingLost', fmt.count(n(t.targetingLost)), fetches ? `${fmt.percent(n(t.targetingLost), fetches)} of fetches` : '', t.targetingLost ? 'warn' : '');
+  setKpi('errors', fmt.count(n(t.errors)), 'fetch + preload', t.errors ? 'bad' : '');
+  const summary = state.runDetail?.run ?? null;
   // Events of the last minute; when the page holds less than that minute (a capped page or a full
   // buffer), the rate over the stretch it holds.
   const now = Date.now();

@@ -263,6 +263,9 @@ public struct CallQuery: Sendable {
         public var placements: [PlacementStatistics]
         /// Calls that matched.
         public var matched: Int
+        /// Totals over the matched calls (with the filter's placement: what concerns it), as a calls
+        /// query of the same filter answers them.
+        public var totals: CallTotals
         /// The events read.
         public var coverage: Coverage
     }
@@ -309,7 +312,8 @@ public struct CallQuery: Sendable {
         let all = CallFold.calls(events)
         let matched = match(all, events: events, filter: filter)
         return Placements(run: filter.run, placements: CallStatistics.placements(matched, placement: filter.placement, bounds: bounds),
-                          matched: matched.count, coverage: Coverage(events: events, calls: all.count, complete: complete))
+                          matched: matched.count, totals: CallStatistics.totals(matched, placement: filter.placement),
+                          coverage: Coverage(events: events, calls: all.count, complete: complete))
     }
 
     /// The calls of `all` that pass `filter`; `events` are theirs (for the free text).

@@ -63,26 +63,35 @@ extension CallQuery.Result {
             "scannedCalls": .number(Double(coverage.calls)), "scannedEvents": .number(Double(coverage.events)),
             "windowFull": .bool(!coverage.complete),
         ]
-        let stats: [String: JSONValue] = [
-            "calls": .number(Double(totals.calls)), "fetches": .number(Double(totals.fetches)), "open": .number(Double(totals.open)),
-            "p50": totals.duration.p50.map(JSONValue.number) ?? .null, "p95": totals.duration.p95.map(JSONValue.number) ?? .null,
-            "samples": .number(Double(totals.duration.samples)),
-            "sources": .object(totals.sources.mapValues { .number(Double($0)) }), "errors": .number(Double(totals.errors)),
-            "timeouts": .number(Double(totals.timeouts)), "targetingLost": .number(Double(totals.targetingLost)),
-            "durations": .array(durations.map {
-                [.number($0.duration), .string($0.source), .string($0.trace), $0.placement.map(JSONValue.string) ?? .null]
-            }),
-        ]
+        var stats = totals.jsonObject
+        stats["durations"] = .array(durations.map {
+            [.number($0.duration), .string($0.source), .string($0.trace), $0.placement.map(JSONValue.string) ?? .null]
+        })
         return ["calls": .array(calls.map(\.jsonValue)), "counts": .object(counts), "coverage": coverage.jsonValue,
                 "stats": .object(stats)]
     }
 }
 
+extension CallTotals {
+    /// `{"calls", "fetches", "open", "p50", "p95", "samples", "sources", "errors", "timeouts", "targetingLost"}`;
+    /// p50/p95 are null without samples.
+    public var jsonValue: JSONValue { .object(jsonObject) }
+
+    /// The members of `jsonValue`.
+    public var jsonObject: [String: JSONValue] {
+        ["calls": .number(Double(calls)), "fetches": .number(Double(fetches)), "open": .number(Double(open)),
+         "p50": duration.p50.map(JSONValue.number) ?? .null, "p95": duration.p95.map(JSONValue.number) ?? .null,
+         "samples": .number(Double(duration.samples)), "sources": .object(sources.mapValues { .number(Double($0)) }),
+         "errors": .number(Double(errors)), "timeouts": .number(Double(timeouts)), "targetingLost": .number(Double(targetingLost))]
+    }
+}
+
 extension CallQuery.Placements {
-    /// The body of `GET /api/placements`: `{"run", "placements": [...], "counts": {"matched", "windowFull"},
-    /// "coverage": {...}}`.
+    /// The body of `GET /api/placements`: `{"run", "placements": [...], "totals": {...}, "counts": {"matched",
+    /// "windowFull"}, "coverage": {...}}`; `totals` are those of `GET /api/calls`'s `stats` for the same filter.
     public var jsonValue: JSONValue {
         ["run": run.map(JSONValue.string) ?? .null, "placements": .array(placements.map(\.jsonValue)),
+         "totals": totals.jsonValue,
          "counts": ["matched": .number(Double(matched)), "windowFull": .bool(!coverage.complete)],
          "coverage": coverage.jsonValue]
     }
