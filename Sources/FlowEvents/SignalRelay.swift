@@ -1,11 +1,15 @@
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
+
+// Every call FlowEvents makes into the C library is in this file: POSIX signals, a pipe and a
+// signal mask, spelled the same on Linux and Apple platforms. Tests/PackageGraphTests/
+// PlatformCallTests.swift lists them and fails on a call into the C library anywhere else.
 
 /// The write end of the self-pipe, read by the C signal handler (an atomic load and a write(2)
 /// are async-signal-safe).
@@ -29,7 +33,8 @@ public enum SignalRelay {
             _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
             relayPipe.store(fds[1], ordering: .releasing)
             let readEnd = fds[0]
-            let thread = Thread { relay(from: readEnd) }
+            let unblock = Set(signals + [SIGINT, SIGTERM])
+            let thread = Thread { relay(from: readEnd, unblocking: unblock) }
             thread.name = "flowscope.signals"
             thread.start()
         }
@@ -43,7 +48,14 @@ public enum SignalRelay {
         }
     }
 
-    private static func relay(from fd: Int32) {
+    /// The relay thread's loop. It first unblocks `signals` for itself: a thread starts with the
+    /// signal mask of the thread that made it, and a signal that every thread blocks stays pending
+    /// for ever, so this thread is always one the kernel can deliver them to.
+    private static func relay(from fd: Int32, unblocking signals: Set<Int32>) {
+        var mask = sigset_t()
+        sigemptyset(&mask)
+        for signalNumber in signals { sigaddset(&mask, signalNumber) }
+        pthread_sigmask(SIG_UNBLOCK, &mask, nil)
         var byte: UInt8 = 0
         while true {
             let n = read(fd, &byte, 1)
