@@ -74,7 +74,9 @@ let package = Package(
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
         // Compiles web/, config/flowscope.json5 and config/demo/ into FlowScopeCLI at build time.
         .executableTarget(name: "AssetEmbedder"),
-        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"]),
+        // In BuildTools/, not SwiftPM's default Plugins/: plugins/ holds the sinks, and a case-insensitive
+        // file system (macOS's default) would check both out into one folder.
+        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"], path: "BuildTools/EmbedAssets"),
 
         // Helpers shared by several test targets (a loopback HTTP server).
         .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),

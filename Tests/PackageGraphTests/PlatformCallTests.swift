@@ -435,3 +435,46 @@ struct PublicWorkflowTests {
         #expect(text.contains("make test"), "the Linux job runs the same suite as .ci/run")
     }
 }
+
+/// macOS and Windows check a repository out onto case-insensitive file systems by default: two paths
+/// that differ only by case (`plugins/` and `Plugins/`) become one folder there.
+@Suite("Repository paths")
+struct RepositoryPathTests {
+    /// Every path the repository holds (files and the folders above them), from `git ls-files`.
+    static func repositoryPaths() throws -> [String] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["git", "-C", PackageGraphTests.packageRoot, "ls-files", "-z"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "git ls-files failed in \(PackageGraphTests.packageRoot)")
+        var paths = Set<String>()
+        for file in data.split(separator: 0).map({ String(decoding: $0, as: UTF8.self) }) {
+            var parts = file.split(separator: "/").map(String.init)
+            while !parts.isEmpty { paths.insert(parts.joined(separator: "/")); parts.removeLast() }
+        }
+        return paths.sorted()
+    }
+
+    /// The groups of `paths` that differ only by case.
+    static func caseCollisions(_ paths: [String]) -> [[String]] {
+        Dictionary(grouping: paths, by: { $0.lowercased() }).values.filter { $0.count > 1 }.map { $0.sorted() }.sorted { $0[0] < $1[0] }
+    }
+
+    @Test("no two paths in the repository differ only by case")
+    func noCaseOnlyPathPairs() throws {
+        let paths = try Self.repositoryPaths()
+        #expect(paths.contains("plugins") && paths.contains("BuildTools/EmbedAssets/plugin.swift"))
+        let collisions = Self.caseCollisions(paths)
+        #expect(collisions.isEmpty, "paths that one folder would hold on a case-insensitive file system: \(collisions)")
+    }
+
+    @Test("a case-only pair is found, folders included")
+    func caseOnlyPairsAreFound() {
+        #expect(Self.caseCollisions(["plugins", "plugins/a.swift", "Plugins", "Plugins/b.swift"]) == [["Plugins", "plugins"]])
+        #expect(Self.caseCollisions(["README.md", "docs/readme.md"]).isEmpty)
+    }
+}
