@@ -91,7 +91,7 @@ let package = Package(
         ]),
         // Reads the package graph: the libraries apps link pull in no system library.
         .testTarget(name: "PackageGraphTests", dependencies: ["FlowJSON"]),
-        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowEvents", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -22,6 +22,10 @@ private let relayPipe = Atomic<Int32>(-1)
 public enum SignalRelay {
     private static let handlers = Mutex<[Int32: [@Sendable () -> Void]]>([:])
 
+    /// The relay thread's name as the OS shows it (`/proc/PID/task/TID/comm`, debuggers): at most
+    /// 15 bytes, Linux's limit.
+    public static let threadName = "flowscope-sig"
+
     /// Registers `action` for each of `signals` and installs the C handler for them.
     public static func install(_ signals: [Int32], _ action: @escaping @Sendable () -> Void) {
         handlers.withLock { handlers in
@@ -33,9 +37,7 @@ public enum SignalRelay {
             _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
             relayPipe.store(fds[1], ordering: .releasing)
             let readEnd = fds[0]
-            let unblock = Set(signals + [SIGINT, SIGTERM])
-            let thread = Thread { relay(from: readEnd, unblocking: unblock) }
-            thread.name = "flowscope.signals"
+            let thread = Thread { relay(from: readEnd) }
             thread.start()
         }
         for signalNumber in signals {
@@ -48,14 +50,20 @@ public enum SignalRelay {
         }
     }
 
-    /// The relay thread's loop. It first unblocks `signals` for itself: a thread starts with the
-    /// signal mask of the thread that made it, and a signal that every thread blocks stays pending
-    /// for ever, so this thread is always one the kernel can deliver them to.
-    private static func relay(from fd: Int32, unblocking signals: Set<Int32>) {
+    /// The relay thread's loop. It first names itself and clears its signal mask: a thread starts
+    /// with the mask of the thread that made it (Dispatch's worker threads block SIGINT and SIGTERM,
+    /// and so would every thread they make), and a signal that every thread blocks stays pending
+    /// for ever. With an empty mask this thread can always take the signals it relays.
+    private static func relay(from fd: Int32) {
+        #if canImport(Darwin)
+        _ = pthread_setname_np(threadName)
+        #else
+        // Glibc's pthread_setname_np is not visible to Swift; Linux names a thread through this file.
+        try? threadName.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+        #endif
         var mask = sigset_t()
         sigemptyset(&mask)
-        for signalNumber in signals { sigaddset(&mask, signalNumber) }
-        pthread_sigmask(SIG_UNBLOCK, &mask, nil)
+        pthread_sigmask(SIG_SETMASK, &mask, nil)
         var byte: UInt8 = 0
         while true {
             let n = read(fd, &byte, 1)

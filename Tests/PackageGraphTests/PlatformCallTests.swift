@@ -49,8 +49,9 @@ struct PlatformCallTests {
         .init("mkdir", files), .init("utimes", files), .init("strerror", files), .init("errno", files),
         .init("clock_gettime", clocks),
         .init("signal", signals), .init("pipe", signals), .init("fcntl", signals), .init("read", signals),
-        .init("write", signals), .init("errno", signals), .init("sigemptyset", signals), .init("sigaddset", signals),
-        .init("pthread_sigmask", signals),
+        .init("write", signals), .init("errno", signals), .init("sigemptyset", signals), .init("pthread_sigmask", signals),
+        // Darwin names the calling thread; Linux through /proc/thread-self/comm (Foundation).
+        .init("pthread_setname_np", signals, .darwin),
     ]
 
     /// Every C constant, type and field the libraries name, with the branch that guards it.
@@ -62,8 +63,7 @@ struct PlatformCallTests {
         .init("F_FULLFSYNC", files, .darwin),
         .init("timespec", clocks, .both), .init("CLOCK_REALTIME", clocks, .both), .init("CLOCK_THREAD_CPUTIME_ID", clocks, .both),
         .init("F_SETFD", signals, .both), .init("FD_CLOEXEC", signals, .both), .init("EINTR", signals, .both),
-        .init("SIGINT", signals, .both), .init("SIGTERM", signals, .both), .init("SIG_UNBLOCK", signals, .both),
-        .init("sigset_t", signals, .both),
+        .init("SIG_SETMASK", signals, .both), .init("sigset_t", signals, .both),
         // The default signals of `EventPipeline.shutdownOnSignals`.
         .init("SIGINT", "FlowEvents/EventPipeline.swift", .both), .init("SIGTERM", "FlowEvents/EventPipeline.swift", .both),
     ]
