@@ -385,8 +385,12 @@ struct BinaryRunAnywhereRealTimeTests {
                 let took = ContinuousClock.now - start
                 #expect(end?.reason == .exit && end?.status == 1, "\(String(describing: end)) \(serve.stderr)")
                 #expect(took < .seconds(8), "\(took)")
-                #expect(serve.stderr.contains("flowscope serve: stopping: draining sinks, 1 s of at most 2 s"), "\(serve.stderr)")
+                #expect(serve.stderr.contains("flowscope serve: stopping: draining sinks, 1 s of at most 2 s; waiting for "), "\(serve.stderr)")
                 #expect(serve.stderr.contains("still draining sinks after 2 s (server.shutdownTimeout)"), "\(serve.stderr)")
+                // The slow sink is named, and what is given up is counted.
+                let last = serve.stderr.split(separator: "\n").last { $0.contains("exiting without waiting further") }.map(String.init) ?? ""
+                #expect(last.contains("; given up: ") && last.contains("otlp (") && last.contains(" events not written"), "\(serve.stderr)")
+                #expect(!last.contains("memory (") && !last.contains("metrics ("), "sinks that had finished are not named: \(last)")
             }
             // Gone (or a zombie waiting for a parent that reaps it): it did not outlive the server.
             #expect(await poll(3) { processEnded(program) }, "exec program \(program) still running, second signal: \(secondSignal)")
@@ -447,4 +451,17 @@ private func standardized(_ path: String) -> String { URL(fileURLWithPath: path)
 private func mode(_ path: String) throws -> Int {
     let attributes = try FileManager.default.attributesOfItem(atPath: path)
     return (attributes[.posixPermissions] as? Int ?? -1) & 0o777
+}
+
+@Suite("stop progress")
+struct StopProgressTests {
+    @Test("the stop names each unfinished sink with what it has not written, and counts what a cut stop gives up")
+    func progressNamesSinks() {
+        let drains = [SinkDrain(sink: "otlp", queued: 0, inFlight: 0), SinkDrain(sink: "sqlite", queued: 12_345, inFlight: 500)]
+        #expect(StopSignals.waitingFor(drains) == "otlp (flushing), sqlite (12,345 events queued, 500 being written)")
+        #expect(StopSignals.abandoned(drains)
+                == "otlp (flushing), sqlite (12,345 events queued, 500 being written); 12,845 events not written, and what the flushing sinks still held")
+        #expect(StopSignals.abandoned([SinkDrain(sink: "jsonl", queued: 7, inFlight: 0)]) == "jsonl (7 events queued); 7 events not written")
+        #expect(StopSignals.abandoned([]) == "nothing (every sink had finished)")
+    }
 }
