@@ -42,5 +42,5 @@ enum EmbeddedFiles {
     /// The Grafana dashboard (config/grafana/flowscope-dashboard.json).
     static var grafanaDashboard: [UInt8] { all["config/grafana/flowscope-dashboard.json"] ?? [] }
 
-    static func text(_ name: String) -> String { String(decoding: all[name] ?? [], as: UTF8.self) }
+    private static func text(_ name: String) -> String { String(decoding: all[name] ?? [], as: UTF8.self) }
 }
