@@ -4,12 +4,6 @@ import FlowJSON
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The process-wide event sequence: every envelope stamped by any pipeline in this process gets
 /// the next number, so `seq` is strictly increasing across the whole process.
 private let processSequence = Atomic<UInt64>(0)
@@ -46,6 +40,18 @@ public struct SinkStats: Sendable, Hashable {
         self.dropped = dropped; self.consumed = consumed; self.batches = batches
         self.up = up; self.errors = errors; self.lastError = lastError
     }
+}
+
+/// A sink that has not finished, as ``EventPipeline/unfinishedSinks()`` reports it.
+public struct SinkDrain: Sendable, Equatable {
+    /// The sink's name.
+    public var sink: String
+    /// Envelopes waiting in its queue.
+    public var queued: Int
+    /// Envelopes of the batch its `consume` is working on.
+    public var inFlight: Int
+    /// Creates a record.
+    public init(sink: String, queued: Int, inFlight: Int) { self.sink = sink; self.queued = queued; self.inFlight = inFlight }
 }
 
 /// Fans engine events out to sinks without ever making the emitter wait.
@@ -175,6 +181,10 @@ public final class EventPipeline: EngineEventSink {
     /// The sinks, in order.
     public var sinks: [any EventSink] { hub.sinks }
 
+    /// The sinks whose drain thread has not ended yet (during `shutdown()`: those still consuming,
+    /// flushing or closing), with what each has not yet consumed. Empty once every sink is closed.
+    public func unfinishedSinks() -> [SinkDrain] { hub.unfinished() }
+
     /// Waits until every queue is empty and no batch is being consumed, or `timeout` seconds pass.
     /// Returns whether everything was drained. Events emitted meanwhile extend the wait.
     @discardableResult
@@ -183,7 +193,7 @@ public final class EventPipeline: EngineEventSink {
         while true {
             if hub.isIdle { return true }
             if DispatchTime.now().uptimeNanoseconds >= deadline { return false }
-            usleep(1000)
+            Thread.sleep(forTimeInterval: 0.001)
         }
     }
 
@@ -242,9 +252,7 @@ public struct PipelineRunSink: EngineEventSink {
 public enum WallClock {
     /// Seconds since 1970, UTC, with sub-microsecond resolution.
     @Sendable public static func now() -> Double {
-        var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+        SystemClocks.wallSeconds()
     }
 }
 
@@ -266,6 +274,10 @@ private struct Lane {
     var waiting = false
     var stopping = false
     var consuming = false
+    /// Envelopes of the batch being consumed (0 when none).
+    var inFlight = 0
+    /// The drain thread has flushed and closed the sink and ended.
+    var finished = false
     var dropped: UInt64 = 0
     var unreported: UInt64 = 0
     var lastReport = -Double.infinity
@@ -467,6 +479,15 @@ private final class Hub: Sendable {
         }
     }
 
+    func unfinished() -> [SinkDrain] {
+        state.withLock { state in
+            let total = state.total
+            return state.lanes.indices.filter { !state.lanes[$0].finished }.map { i in
+                SinkDrain(sink: sinks[i].name, queued: state.lanes[i].depth(total: total), inFlight: state.lanes[i].inFlight)
+            }
+        }
+    }
+
     var isIdle: Bool {
         state.withLock { state in
             let total = state.total
@@ -545,6 +566,7 @@ private final class Hub: Sendable {
         state.lanes[index].cursor = total
         state.lanes[index].excluded.removeAll()
         state.lanes[index].consuming = true
+        state.lanes[index].inFlight = count
         collect(&state, freed: &freed)
         return .batches(chunks, count: count)
     }
@@ -587,6 +609,7 @@ private final class Hub: Sendable {
                 while state.spare.count < Self.spareLimit, let buffer = spares.popLast() { state.spare.append(buffer) }
                 if batches > 0 {
                     state.lanes[index].consuming = false
+                    state.lanes[index].inFlight = 0
                     state.lanes[index].consumed += consumed
                     state.lanes[index].batches += batches
                     if !state.closed { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
@@ -609,6 +632,7 @@ private final class Hub: Sendable {
             case .finished:
                 sink.flush()
                 sink.close()
+                state.withLock { $0.lanes[index].finished = true }
                 dones[index].signal()
                 return
             case .wait:
@@ -616,7 +640,7 @@ private final class Hub: Sendable {
                 wakes[index].wait()
                 // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
                 // one per event (a futex round trip per event would cost the emitter far more).
-                if linger > 0 { usleep(linger) }
+                if linger > 0 { Thread.sleep(forTimeInterval: Double(linger) / 1e6) }
             case .batches(let chunks, let count):
                 var list: [[Envelope]] = []
                 list.reserveCapacity(chunks.count)
@@ -638,7 +662,7 @@ private final class Hub: Sendable {
             taken = nil
             recycle()
             // Keeping up easily: let the next batch gather instead of taking the lock per event.
-            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { usleep(linger) }
+            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { Thread.sleep(forTimeInterval: Double(linger) / 1e6) }
         }
     }
 }
