@@ -44,6 +44,27 @@ struct DashboardBrowserFilterTests {
         #expect(try browser.evaluate("document.querySelector('#placements th[data-col=count]').textContent") == "Calls", sourceLocation: sourceLocation)
     }
 
+    /// The KPIs' values, then each row of the placements table cell by cell, then the count column's title.
+    static let kpisAndTable = """
+        JSON.stringify([['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
+          .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent),
+          [...document.querySelectorAll('#placements tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent)),
+          document.querySelector('#placements th[data-col=count]').textContent])
+        """
+
+    /// Sets `minDuration=0` (a filter that excludes nothing on a run without open calls) and expects the
+    /// KPIs and the placements table to show what they showed without it; returns what they show.
+    static func expectSameWithNoOpFilter(_ browser: DevToolsBrowser, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        let plain = try browser.evaluate(kpisAndTable).stringValue ?? "?"
+        try setFilter(browser, "f-min", "0")
+        #expect(try browser.waitFor("location.hash.includes('minDuration=0') && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent.endsWith(' matching calls')"),
+                sourceLocation: sourceLocation)
+        usleep(1_000_000)
+        let filtered = try browser.evaluate(kpisAndTable).stringValue ?? "?"
+        #expect(filtered == plain, "no filter \(plain), minDuration=0 \(filtered)", sourceLocation: sourceLocation)
+        return plain
+    }
+
     static let kpiFetches = "document.querySelector('.kpi[data-kpi=fetches] .kpi-value').textContent"
     static let callRequests = "performance.getEntriesByType('resource').filter((r) => r.name.includes('/api/calls?')).length"
 
@@ -120,21 +141,9 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live")
         defer { browser.close() }
-        // The KPIs' values, then each row of the placements table, cell by cell.
-        let kpis = """
-            JSON.stringify([['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors']
-              .map((k) => document.querySelector(`.kpi[data-kpi=${k}] .kpi-value`).textContent),
-              [...document.querySelectorAll('#placements tbody tr')].map((tr) => [...tr.children].map((c) => c.textContent)),
-              document.querySelector('#placements th[data-col=count]').textContent])
-            """
         #expect(try browser.waitFor("\(Self.kpiFetches) !== '–' && \(Self.kpiFetches) !== '0'"))
         usleep(1_500_000)
-        let plain = try browser.evaluate(kpis).stringValue ?? "?"
-        try Self.setFilter(browser, "f-min", "0")
-        #expect(try browser.waitFor("location.hash.includes('minDuration=0') && document.querySelector('.kpi[data-kpi=fetches] .kpi-sub').textContent.endsWith(' matching calls')"))
-        usleep(1_500_000)
-        let filtered = try browser.evaluate(kpis).stringValue ?? "?"
-        #expect(filtered == plain, "no filter \(plain), minDuration=0 \(filtered)")
+        let plain = try Self.expectSameWithNoOpFilter(browser)
         #expect(plain.contains("settings_upsell") && plain.contains("main_paywall"), "the table has its rows: \(plain)")
     }
 
