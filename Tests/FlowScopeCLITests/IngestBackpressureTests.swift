@@ -50,15 +50,15 @@ struct SendTally: Sendable {
 }
 
 /// `senders` threads posting batches of `batch` events (unique `id` attrs) to `/api/ingest` over
-/// TLS for `seconds`; a refused batch is sent again after `pause` seconds (its ids count only once
-/// acknowledged). Returns what they saw.
-func sendConcurrently(to fixture: StackFixture, senders: Int, batch: Int, seconds: Double, pause: Double = 0.02) -> SendTally {
+/// TLS (one kept-alive connection each) for `seconds`; a refused batch is sent again after `pause`
+/// seconds (its ids count once, when acknowledged). Returns what they saw.
+func sendConcurrently(port: Int, token: String, senders: Int, batch: Int, seconds: Double, pause: Double = 0.02) -> SendTally {
     let tally = Mutex(SendTally())
     let deadline = Date().addingTimeInterval(seconds)
-    let port = fixture.port, token = fixture.token
     DispatchQueue.concurrentPerform(iterations: senders) { sender in
         var n = 0
         var pending: (ids: [String], body: [UInt8])?
+        var connection: TestConnection?
         while Date() < deadline {
             if pending == nil {
                 var ids: [String] = [], lines = ""
@@ -66,14 +66,17 @@ func sendConcurrently(to fixture: StackFixture, senders: Int, batch: Int, second
                     let id = "s\(sender)-\(n)"
                     n += 1
                     ids.append(id)
-                    lines += Events.envelope("fetch.start", placement: "main_paywall", run: "load", attrs: ["id": .string(id)]).jsonText + "\n"
+                    lines += #"{"ts":"2026-12-02T10:11:12.345678Z","t":1,"run":"load","trace":"\#(Events.trace)","span":"\#(Events.span)","#
+                        + #""name":"fetch.start","placement":"main_paywall","attrs":{"id":"\#(id)"}}"# + "\n"
                 }
                 pending = (ids, Array(lines.utf8))
             }
             guard let (ids, body) = pending else { break }
-            guard let reply = try? TestConnection(port: port).request(
+            if connection == nil { connection = try? TestConnection(port: port) }
+            guard let reply = try? connection?.request(
                 "POST", "/api/ingest", headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/x-ndjson")], body: body)
-            else { continue }
+            else { connection = nil; continue }
+            if reply.header("connection")?.lowercased() == "close" { connection = nil }
             switch reply.status {
             case 202:
                 tally.withLock { $0.acknowledged += ids }
@@ -117,13 +120,13 @@ struct IngestBackpressureRealTimeTests {
     @Test("four senders at full speed into serve with sqlite and jsonl: every acknowledged event is in both after a clean stop, every refused batch got 503 with Retry-After")
     func acknowledgedMeansStored() throws {
         let fixture = try StackFixture(
-            server: "limits: { ingestRatePerSecond: 100000, ingestBurst: 100000, ingestQueueLimit: 2000 }",
+            server: "limits: { ingestRatePerSecond: 100000, ingestBurst: 100000, ingestQueueLimit: 300 }",
             sinks: """
                 { type: "metrics" }, { type: "memory", capacity: 1000 },
                 { type: "sqlite", path: "$DIR/events.sqlite" },
-                { type: "jsonl", path: "$DIR/events.jsonl", rotateBytes: 1073741824, keep: 3, fsync: "never" }
+                { type: "jsonl", path: "$DIR/events.jsonl", rotateBytes: 1073741824, keep: 3, fsync: "batch" }
                 """)
-        let tally = sendConcurrently(to: fixture, senders: 4, batch: 250, seconds: 3)
+        let tally = sendConcurrently(port: fixture.port, token: fixture.token, senders: 4, batch: 250, seconds: 3)
         fixture.stop()
         #expect(tally.otherAnswers.isEmpty, "only 202, 503 and 429: \(tally.otherAnswers.prefix(5))")
         #expect(tally.refusedWithoutRetryAfter == 0)
@@ -146,14 +149,15 @@ struct IngestBackpressureRealTimeTests {
         try registry.register(factory)
         let fixture = try SinkRegistry.$current.withValue(registry) {
             try StackFixture(
-                server: "limits: { ingestRatePerSecond: 100000, ingestBurst: 100000, ingestQueueLimit: 1000 }",
-                sinks: #"{ type: "metrics" }, { type: "memory", capacity: 1000 }, { type: "slow", name: "archive", pause: 0.05 }"#)
+                server: "limits: { ingestRatePerSecond: 100000, ingestBurst: 100000, ingestQueueLimit: 400 }",
+                sinks: #"{ type: "metrics" }, { type: "memory", capacity: 1000 }, { type: "slow", name: "archive", pause: 0.5 }"#)
         }
         let slow = try #require(factory.made.sinks.withLock { $0.first })
         let senders = DispatchGroup()
         let tally = Mutex(SendTally())
+        let port = fixture.port, token = fixture.token
         DispatchQueue.global().async(group: senders) {
-            let t = sendConcurrently(to: fixture, senders: 3, batch: 200, seconds: 3)
+            let t = sendConcurrently(port: port, token: token, senders: 3, batch: 200, seconds: 3)
             tally.withLock { $0 = t }
         }
         // While the senders push harder than the sink can take, it shows saturated.
@@ -204,10 +208,11 @@ struct IngestBackpressureRealTimeTests {
 @Suite("replay --serve loads a trace in batches that fit")
 struct ReplayLoadTests {
     static func trace(_ n: Int) -> [Envelope] {
-        (0..<n).map { i in
-            Envelope(EngineEvent(name: .fetchStart, t: Double(i), placement: "main_paywall", trace: TraceID(high: 1, low: UInt64(i + 1)),
-                                 span: SpanID(raw: UInt64(i + 1)), attrs: ["id": .string("r\(i)")]),
-                     seq: UInt64(i + 1), ts: 1, run: "replayed")
+        (0..<n).map { (i: Int) -> Envelope in
+            let attrs: EventAttributes = ["id": .string("r\(i)")]
+            let event = EngineEvent(name: .fetchStart, t: Double(i), placement: "main_paywall", trace: TraceID(high: 1, low: UInt64(i + 1)),
+                                    span: SpanID(raw: UInt64(i + 1)), attrs: attrs)
+            return Envelope(event, seq: UInt64(i + 1), ts: 1, run: "replayed")
         }
     }
 
