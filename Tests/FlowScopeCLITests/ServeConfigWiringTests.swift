@@ -47,6 +47,19 @@ struct ServeConfigWiringTests {
         #expect(try fixture.getJSON("/api/events")["events"]?.arrayValue?.count == 1)
     }
 
+    @Test("server.limits.ingestQueueLimit bounds an ingest batch: a batch larger than it is refused with 413 naming the key, nothing stored")
+    func ingestQueueLimit() throws {
+        let fixture = try StackFixture(server: "limits: { ingestQueueLimit: 5 }")
+        let five = Events.lines((0..<5).map { Events.envelope("cache.miss", placement: "p\($0)") })
+        #expect(try fixture.ingest(five).status == 202)
+        let six = Events.lines((0..<6).map { Events.envelope("cache.miss", placement: "q\($0)") })
+        let refused = try fixture.ingest(six)
+        #expect(refused.status == 413)
+        #expect(refused.json["error"]?["message"]?.stringValue?.contains("server.limits.ingestQueueLimit") == true, "\(refused.text)")
+        #expect(try fixture.getJSON("/api/events")["events"]?.arrayValue?.count == 5)
+        #expect(fixture.stack.pipeline.stats().filter(\.durable).isEmpty, "metrics and memory are not durable")
+    }
+
     @Test("bound beyond loopback, every endpoint but /healthz needs the token")
     func tokenEverywhereOffLoopback() throws {
         let fixture = try StackFixture(server: "bind: \"0.0.0.0\"")
