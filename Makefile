@@ -19,14 +19,19 @@ run: setup release
 # (its `flush()` blocks a pool thread while URLSession talks to a stub collector; one request
 # stalled 30 s) and the test kit's attach tests (the attach stream's 5 s timeout expired once more).
 SERIAL = RealTime|DashboardBrowser|OTLPSinkTests\.OTLPSinkTests/|FlowTraceTests/attach
+# Every process the suite starts inherits FLOWSCOPE_TEST_RUN; after the tests (passed or not),
+# scripts/leftover-processes.sh ends any process still carrying it and fails the run.
 # Last, the fuzz targets are built (the package instrumented, in .build/fuzz) and each runs over its
 # seed corpus once (RUNS=0): a decoder change that breaks a target, or a build change that breaks
 # the instrumented build, fails here instead of waiting for the next fuzzing campaign.
 test: setup-test
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --skip '$(SERIAL)'
-	$(SWIFT) test --skip-build --filter '$(SERIAL)' --no-parallel
-	SWIFT=$(SWIFT) bash scripts/examples.sh
+	@export FLOWSCOPE_TEST_RUN=$$(cat /proc/sys/kernel/random/uuid); status=0; \
+	$(SWIFT) test --skip-build --skip '$(SERIAL)' || status=$$?; \
+	[ $$status -ne 0 ] || $(SWIFT) test --skip-build --filter '$(SERIAL)' --no-parallel || status=$$?; \
+	[ $$status -ne 0 ] || SWIFT=$(SWIFT) bash scripts/examples.sh || status=$$?; \
+	bash scripts/leftover-processes.sh "$$FLOWSCOPE_TEST_RUN" || status=1; \
+	exit $$status
 	SWIFT=$(SWIFT) RUNS=0 bash fuzz/run.sh
 
 build: setup

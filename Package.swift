@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 /// A sink plugin lives in plugins/<dir>/ with its own Sources, Tests and README.
@@ -17,6 +17,8 @@ let builtInSinks = ["MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", 
 let package = Package(
     name: "FlowScope",
     // The libraries (FlowFetch, FlowEvents, FlowScopeTesting) also build for iOS; Linux needs no entry.
+    // macOS 15 and iOS 18: the Synchronization module's Mutex and Atomic. Tools version 6.1: the test
+    // kit's trait scopes each test (Swift Testing's TestScoping, Xcode 16.3).
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "flowscope", targets: ["flowscope"]),
@@ -34,10 +36,12 @@ let package = Package(
         .library(name: "FlowTLS", targets: ["FlowTLS"]),
     ] + builtInSinks.map { .library(name: $0, targets: [$0]) },
     targets: [
-        // System libraries (Debian packages), reached through module maps and pkg-config.
-        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
-        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // System libraries (Debian packages, or Homebrew on macOS), reached through module maps and
+        // pkg-config. Homebrew's openssl@3 and sqlite are keg-only: docs/platforms.md says how
+        // pkg-config finds them.
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"]), .brew(["openssl@3"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
 
         // Layers, lowest first: nothing imports a module above it.
         .target(name: "FlowJSON"),
@@ -70,7 +74,9 @@ let package = Package(
         .executableTarget(name: "flowscope", dependencies: ["FlowScopeCLI"]),
         // Compiles web/, config/flowscope.json5 and config/demo/ into FlowScopeCLI at build time.
         .executableTarget(name: "AssetEmbedder"),
-        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"]),
+        // In BuildTools/, not SwiftPM's default Plugins/: plugins/ holds the sinks, and a case-insensitive
+        // file system (macOS's default) would check both out into one folder.
+        .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"], path: "BuildTools/EmbedAssets"),
 
         // Helpers shared by several test targets (a loopback HTTP server).
         .target(name: "TestSupport", dependencies: ["COpenSSL"], path: "Tests/Support"),
@@ -85,7 +91,7 @@ let package = Package(
         ]),
         // Reads the package graph: the libraries apps link pull in no system library.
         .testTarget(name: "PackageGraphTests", dependencies: ["FlowJSON"]),
-        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
+        .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowEvents", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds and tests examples/ as outside packages that depend on this repository by path, as a user's
 # package would; each in its own scratch directory under .build/examples. Then checks that the
-# Swift samples of README.md and plugins/README.md are quoted exactly from them, and runs the
-# programs they build. Part of `make test`; needs .build/debug/flowscope (`swift build`).
+# Swift samples of README.md, plugins/README.md and docs/getting-started.md are quoted exactly from
+# them, and runs the programs they build. Part of `make test`; needs .build/debug/flowscope (`swift build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SWIFT="${SWIFT:-swift}"
 flowscope=.build/debug/flowscope
 
 # Every sample of the docs is a file (or a marked region of one) of these packages.
-bash scripts/check-doc-samples.sh README.md plugins/README.md
+bash scripts/check-doc-samples.sh README.md plugins/README.md docs/getting-started.md
 
 for package in examples/*/Package.swift; do
     example=$(basename "$(dirname "$package")")

@@ -4,12 +4,6 @@ import FlowJSON
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The process-wide event sequence: every envelope stamped by any pipeline in this process gets
 /// the next number, so `seq` is strictly increasing across the whole process.
 private let processSequence = Atomic<UInt64>(0)
@@ -228,7 +222,7 @@ public final class EventPipeline: EngineEventSink {
         while true {
             if hub.isIdle { return true }
             if DispatchTime.now().uptimeNanoseconds >= deadline { return false }
-            usleep(1000)
+            Thread.sleep(forTimeInterval: 0.001)
         }
     }
 
@@ -287,9 +281,7 @@ public struct PipelineRunSink: EngineEventSink {
 public enum WallClock {
     /// Seconds since 1970, UTC, with sub-microsecond resolution.
     @Sendable public static func now() -> Double {
-        var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+        SystemClocks.wallSeconds()
     }
 }
 
@@ -698,7 +690,7 @@ private final class Hub: Sendable {
                 wakes[index].wait()
                 // Linger a moment so a burst becomes one batch: one wake-up per burst instead of
                 // one per event (a futex round trip per event would cost the emitter far more).
-                if linger > 0 { usleep(linger) }
+                if linger > 0 { Thread.sleep(forTimeInterval: Double(linger) / 1e6) }
             case .batches(let chunks, let count):
                 var list: [[Envelope]] = []
                 list.reserveCapacity(chunks.count)
@@ -720,7 +712,7 @@ private final class Hub: Sendable {
             taken = nil
             recycle()
             // Keeping up easily: let the next batch gather instead of taking the lock per event.
-            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { usleep(linger) }
+            if batches > 0 && consumed < UInt64(maxBatch) && linger > 0 { Thread.sleep(forTimeInterval: Double(linger) / 1e6) }
         }
     }
 }

@@ -1,11 +1,15 @@
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
+
+// Every call FlowEvents makes into the C library is in this file: POSIX signals, a pipe and a
+// signal mask, spelled the same on Linux and Apple platforms. Tests/PackageGraphTests/
+// PlatformCallTests.swift lists them and fails on a call into the C library anywhere else.
 
 /// The write end of the self-pipe, read by the C signal handler (an atomic load and a write(2)
 /// are async-signal-safe).
@@ -17,6 +21,10 @@ private let relayPipe = Atomic<Int32>(-1)
 /// thread blocks it.) Closures must return quickly: the next signal waits for them.
 public enum SignalRelay {
     private static let handlers = Mutex<[Int32: [@Sendable () -> Void]]>([:])
+
+    /// The relay thread's name as the OS shows it (`/proc/PID/task/TID/comm`, debuggers): at most
+    /// 15 bytes, Linux's limit.
+    public static let threadName = "flowscope-sig"
 
     /// Registers `action` for each of `signals` and installs the C handler for them.
     public static func install(_ signals: [Int32], _ action: @escaping @Sendable () -> Void) {
@@ -30,7 +38,6 @@ public enum SignalRelay {
             relayPipe.store(fds[1], ordering: .releasing)
             let readEnd = fds[0]
             let thread = Thread { relay(from: readEnd) }
-            thread.name = "flowscope.signals"
             thread.start()
         }
         for signalNumber in signals {
@@ -43,7 +50,20 @@ public enum SignalRelay {
         }
     }
 
+    /// The relay thread's loop. It first names itself and clears its signal mask: a thread starts
+    /// with the mask of the thread that made it (Dispatch's worker threads block SIGINT and SIGTERM,
+    /// and so would every thread they make), and a signal that every thread blocks stays pending
+    /// for ever. With an empty mask this thread can always take the signals it relays.
     private static func relay(from fd: Int32) {
+        #if canImport(Darwin)
+        _ = pthread_setname_np(threadName)
+        #else
+        // Glibc's pthread_setname_np is not visible to Swift; Linux names a thread through this file.
+        try? threadName.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
+        #endif
+        var mask = sigset_t()
+        sigemptyset(&mask)
+        pthread_sigmask(SIG_SETMASK, &mask, nil)
         var byte: UInt8 = 0
         while true {
             let n = read(fd, &byte, 1)

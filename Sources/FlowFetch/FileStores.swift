@@ -1,16 +1,6 @@
 import FlowJSON
 import Foundation
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-/// write(2) and read(2), named apart from ``AtomicFile``'s own `write` and `read`.
-private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int { Glibc.write(fd, buffer, count) }
-private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { Glibc.read(fd, buffer, count) }
-#elseif canImport(Darwin)
-import Darwin
-private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int { Darwin.write(fd, buffer, count) }
-private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { Darwin.read(fd, buffer, count) }
-#endif
 
 /// A file store could not be opened or written.
 public struct FileStoreError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -20,95 +10,6 @@ public struct FileStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     public var message: String
     public init(path: String, message: String) { self.path = path; self.message = message }
     public var description: String { "\(path): \(message)" }
-}
-
-/// Atomic file writes and whole-file reads (POSIX).
-public enum AtomicFile {
-    /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename over
-    /// `path`, fsync of the directory. A reader sees the old file or the new one, never a torn one.
-    public static func write(_ bytes: [UInt8], to path: String) throws(FileStoreError) {
-        let parent = FilePaths.directory(of: path)
-        let dir = parent.isEmpty ? "." : parent  // a bare file name is in the working directory
-        let tmp = dir + "/.tmp-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw FileStoreError(path: tmp, message: "cannot create: \(errnoText())") }
-        var ok = bytes.withUnsafeBytes { buf -> Bool in
-            var offset = 0
-            while offset < buf.count {
-                let n = systemWrite(fd, buf.baseAddress! + offset, buf.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return false }
-                offset += n
-            }
-            return true
-        }
-        if ok { ok = fsync(fd) == 0 }
-        let reason = errnoText()
-        close(fd)
-        guard ok, rename(tmp, path) == 0 else {
-            unlink(tmp)
-            throw FileStoreError(path: path, message: "cannot write: \(ok ? errnoText() : reason)")
-        }
-        syncDirectory(dir)
-    }
-
-    /// The whole file, or nil when it cannot be read.
-    public static func read(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return nil }
-            if n == 0 { return out }
-            out.append(contentsOf: chunk[0..<n])
-        }
-    }
-
-    /// Creates a directory and its parents (mode 0700 for new ones). The error names the part of the
-    /// path at fault: "/dev/null: not a directory", "/root/x: cannot create the directory: Permission denied".
-    public static func makeDirectory(_ path: String) throws(FileStoreError) {
-        var prefix = path.hasPrefix("/") ? "" : "."
-        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
-            prefix = prefix.isEmpty ? "/" + part : prefix + "/" + part
-            var info = stat()
-            if stat(prefix, &info) == 0 {
-                guard (info.st_mode & S_IFMT) == S_IFDIR else { throw FileStoreError(path: prefix, message: "not a directory") }
-                continue
-            }
-            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
-                throw FileStoreError(path: prefix, message: "cannot create the directory: \(errnoText())")
-            }
-        }
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else {
-            throw FileStoreError(path: path, message: "not a directory")
-        }
-    }
-
-    static func syncDirectory(_ dir: String) {
-        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = fsync(fd)
-        close(fd)
-    }
-
-    /// Size and modification time (seconds) of a regular file.
-    static func fileStat(_ path: String) -> (size: Int, mtime: Double)? {
-        var st = stat()
-        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return (Int(st.st_size), Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
-    }
-
-    /// Sets a file's modification time to now (recency that survives a restart).
-    static func touch(_ path: String) { _ = utimes(path, nil) }
-
-    static func list(_ dir: String) -> [String] {
-        (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-    }
-
-    static func errnoText() -> String { String(cString: strerror(errno)) }
 }
 
 /// The flow cache's disk layer over real files, scoped by profile:
@@ -144,7 +45,7 @@ public final class FileFlowStore: FlowDiskStore {
         for profile in AtomicFile.list(directory) where Self.isDigest(profile) {
             let dir = directory + "/" + profile
             for file in AtomicFile.list(dir) {
-                if file.hasPrefix(".tmp-") { unlink(dir + "/" + file); continue }  // a write cut short
+                if file.hasPrefix(".tmp-") { AtomicFile.remove(dir + "/" + file); continue }  // a write cut short
                 guard file.hasSuffix(".entry"), let st = AtomicFile.fileStat(dir + "/" + file) else { continue }
                 let key = FileKey(profile: profile, placement: String(file.dropLast(6)))
                 found.append((key, st.size, st.mtime))
@@ -238,7 +139,7 @@ public final class FileFlowStore: FlowDiskStore {
 
     private func path(_ fk: FileKey) -> String { "\(directory)/\(fk.profile)/\(fk.placement).entry" }
 
-    private func deleteFile(_ fk: FileKey) { unlink(path(fk)) }
+    private func deleteFile(_ fk: FileKey) { AtomicFile.remove(path(fk)) }
 
     static func digest(_ s: String) -> String { Digest.hex(Digest.sha256(Array(s.utf8))) }
 
@@ -279,7 +180,7 @@ public final class FileLayoutStore: LayoutStore {
         let file = path(for: ref)
         guard let bytes = AtomicFile.read(file) else { return nil }
         guard let layout = Self.decode(bytes), layout.ref == ref else {
-            unlink(file)
+            AtomicFile.remove(file)
             return nil
         }
         memory[ref] = layout
@@ -321,12 +222,12 @@ public final class AssetDiskCache: Sendable {
         var index = LRUIndex<String>(maxBytes: maxBytes)
         var found: [(String, Int, Double)] = []
         for file in AtomicFile.list(directory) {
-            if file.hasPrefix(".tmp-") { unlink(directory + "/" + file); continue }
+            if file.hasPrefix(".tmp-") { AtomicFile.remove(directory + "/" + file); continue }
             guard file.hasSuffix(".asset"), let st = AtomicFile.fileStat(directory + "/" + file) else { continue }
             found.append((String(file.dropLast(6)), st.size, st.mtime))
         }
         for f in found.sorted(by: { $0.2 < $1.2 }) {
-            for victim in index.record(f.0, bytes: f.1) { unlink("\(directory)/\(victim.key).asset") }
+            for victim in index.record(f.0, bytes: f.1) { AtomicFile.remove("\(directory)/\(victim.key).asset") }
         }
         lru = Mutex(index)
     }
@@ -338,13 +239,13 @@ public final class AssetDiskCache: Sendable {
         let file = "\(directory)/\(name).asset"
         guard let bytes = AtomicFile.read(file), let nl = bytes.firstIndex(of: 10) else {
             lru.withLock { _ = $0.remove(name) }
-            unlink(file)
+            AtomicFile.remove(file)
             return nil
         }
         let body = Array(bytes[(nl + 1)...])
         guard String(decoding: bytes[..<nl], as: UTF8.self) == Self.magic + Digest.hex(Digest.sha256(body)) else {
             lru.withLock { _ = $0.remove(name) }
-            unlink(file)
+            AtomicFile.remove(file)
             return nil
         }
         lru.withLock { $0.touch(name) }
@@ -359,7 +260,7 @@ public final class AssetDiskCache: Sendable {
         let bytes = Array((Self.magic + Digest.hex(Digest.sha256(body)) + "\n").utf8) + body
         do { try AtomicFile.write(bytes, to: "\(directory)/\(name).asset") } catch { return 0 }
         let victims = lru.withLock { $0.record(name, bytes: bytes.count) }
-        for v in victims { unlink("\(directory)/\(v.key).asset") }
+        for v in victims { AtomicFile.remove("\(directory)/\(v.key).asset") }
         return victims.reduce(0) { $0 + $1.bytes }
     }
 

@@ -27,9 +27,7 @@ public struct SystemClock: EngineClock {
 
     public init() {}
     public func now() -> EngineTime {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return EngineTime(microseconds: Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1_000)
+        EngineTime(microseconds: SystemClocks.wallMicroseconds())
     }
     public func sleep(until deadline: EngineTime) async throws {
         let remaining = (deadline - now()).microseconds

@@ -4,11 +4,6 @@ import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// The REST backend (docs/fetch-rules.md, "The backend protocol") over HTTP(S) with URLSession.
 ///
@@ -16,7 +11,8 @@ import Darwin
 ///   layout: `GET /v1/layouts/{id}?version=N`; profile: `GET /v1/profiles/{id}`; assets: their URL
 ///   (relative ones against the base URL), through the asset disk cache when one is given.
 /// - 2xx with a valid body: success; 2xx otherwise (or a body over the cap): malformed; other statuses:
-///   `http:NNN`; connection failures: transport (`refused`, `reset`, `dns`, `tls`, `offline`, `timeout`).
+///   `http:NNN`; connection failures: transport (`refused`, `reset`, `dns`, `tls`, `offline`, `timeout`,
+///   `ats`).
 /// - The engine enforces each request's deadline by cancelling the task; cancellation cancels the
 ///   URLSession task, which closes its connection. The request's own timeout (`spec.timeout` plus a
 ///   margin) is only a safety net.
@@ -66,7 +62,7 @@ public final class HTTPBackend: FlowBackend {
             guard scheme == "https" else {
                 throw HTTPBackendError(caFile: caFile, "applies to https:// backends only, not \(baseURL.absoluteString)")
             }
-            if let problem = Self.readProblem(caFile) {
+            if let problem = AtomicFile.readProblem(caFile) {
                 throw HTTPBackendError(caFile: caFile, "cannot read the file: \(problem)")
             }
             guard transport == nil else { throw HTTPBackendError(caFile: caFile, "give a CA file or a transport, not both") }
@@ -135,22 +131,6 @@ public final class HTTPBackend: FlowBackend {
         #else
         return nil
         #endif
-    }
-
-    /// Why the file at `path` cannot be read (`no such file or directory`, `is a directory`, ...), or nil.
-    static func readProblem(_ path: String) -> String? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return errnoText() }
-        if info.st_mode & S_IFMT == S_IFDIR { return "is a directory" }
-        let fd = open(path, O_RDONLY)
-        guard fd >= 0 else { return errnoText() }
-        close(fd)
-        return nil
-    }
-
-    private static func errnoText() -> String {
-        let text = String(cString: strerror(errno))
-        return text.prefix(1).lowercased() + text.dropFirst()
     }
 
     /// Percent-encodes one path segment (everything but RFC 3986 unreserved characters).
@@ -268,7 +248,7 @@ public final class HTTPBackend: FlowBackend {
     }
 
     /// The transport failure for a URLSession error: `refused`, `reset`, `dns`, `tls`, `offline`,
-    /// `timeout`, or `transport` for anything else.
+    /// `timeout`, `ats` (App Transport Security refused cleartext http), or `transport` for anything else.
     public static func failure(for error: Error) -> RequestFailure {
         guard let e = error as? URLError else { return .transport(reason: "transport") }
         switch e.code {
@@ -281,6 +261,9 @@ public final class HTTPBackend: FlowBackend {
              .clientCertificateRequired:
             return .transport(reason: "tls")
         case .notConnectedToInternet, .internationalRoamingOff, .dataNotAllowed: return .transport(reason: "offline")
+        // Apple platforms: App Transport Security refused cleartext http to this host (-1022); the
+        // app's Info.plist needs an exception for it (docs/platforms.md).
+        case .appTransportSecurityRequiresSecureConnection: return .transport(reason: "ats")
         case .timedOut: return .transport(reason: "timeout")
         default:
             // libcurl errors that Foundation does not map arrive as code -1 with curl's message.

@@ -25,7 +25,7 @@ public struct HTTPAnswer: Sendable, Equatable {
     public init(status: Int, body: [UInt8]) { self.status = status; self.body = body }
 }
 
-/// Why an exchange failed. `reason` is one of `refused`, `reset`, `dns`, `tls`, `offline`, `timeout`,
+/// Why an exchange failed. `reason` is one of `refused`, `reset`, `dns`, `tls`, `offline`, `timeout`, `ats`,
 /// `cancelled`, `toolarge`, `protocol` or `transport`; `detail` says more, for people.
 public struct HTTPTransportFailure: Error, Sendable, Equatable {
     public var reason: String

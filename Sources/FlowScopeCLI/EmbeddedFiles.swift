@@ -1,6 +1,6 @@
 import Foundation
 
-/// The files compiled into flowscope at build time (Plugins/EmbedAssets): the dashboard (web/), the
+/// The files compiled into flowscope at build time (BuildTools/EmbedAssets, the build-tool plugin): the dashboard (web/), the
 /// default config (config/flowscope.json5) and the demo backend (config/demo/). An installed binary
 /// needs no other file.
 enum EmbeddedFiles {

@@ -75,6 +75,7 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
     }
     // Only the dashboard's own sinks: replaying must not write the trace again into stores and files.
     config.sinks = [["type": "metrics"], ["type": "memory"]]
+    StopSignals.install(label: "flowscope replay")  // a Ctrl-C during start-up stops it once started
     let stack: ServeStack
     do throws(ServeStack.StartError) {
         stack = try ServeStack(config: config, overrides: overrides)
@@ -88,7 +89,6 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
     }
     let run = envelopes.first?.run ?? "live"
     io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
-    StopSignals.install(label: "flowscope replay")
     io.out("Stop with Ctrl-C.\n")
     await StopSignals.first()
     await StopSignals.stop(label: "flowscope replay", timeout: config.server.shutdownTimeout) { stack.stop() }

@@ -58,6 +58,8 @@ let serveCommand = Command(spec: CommandSpec(
     overrides.insecureHTTP = args.flag("insecure-http")
     overrides.log = { message in io.err("flowscope serve: \(message)\n") }
     overrides.logClientErrors = ProcessInfo.processInfo.environment["FLOWSCOPE_DEBUG_HTTP"] == "1"
+    // From here a Ctrl-C during start-up stops the server as soon as it has started.
+    StopSignals.install(label: "flowscope serve")
     let stack: ServeStack
     do throws(ServeStack.StartError) {
         stack = try ServeStack(config: config, overrides: overrides)
@@ -79,7 +81,6 @@ let serveCommand = Command(spec: CommandSpec(
         io.out("  open in a browser (logs it in with the token): \(shownLoginURL(url, terminal: io.isTerminal, tokenFile: stack.token.path))\n")
     }
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
-    StopSignals.install(label: "flowscope serve")
     io.out("Stop with Ctrl-C.\n")
     await StopSignals.first()
     await StopSignals.stop(label: "flowscope serve", timeout: config.server.shutdownTimeout) { stack.stop() }

@@ -26,7 +26,8 @@ enum StopSignals {
     private static let state = Mutex(State())
 
     /// Takes over SIGINT and SIGTERM for the rest of the process. `label` starts the lines printed
-    /// (`flowscope serve`). Call before announcing "Stop with Ctrl-C", so no signal is missed.
+    /// (`flowscope serve`). Call before the server starts: a signal that arrives while it starts is
+    /// kept, and `first()` then returns at once, so the server stops as soon as it is up.
     static func install(label: String) {
         let install = state.withLock { s -> Bool in
             s.label = label

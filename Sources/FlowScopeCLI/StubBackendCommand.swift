@@ -58,6 +58,7 @@ let stubBackendCommand = Command(spec: CommandSpec(
             return ExitStatus.usage
         }
     }
+    StopSignals.install(label: "flowscope stub-backend")  // a Ctrl-C during start-up stops it once started
     let server: StubBackendServer
     do throws(StubBackendError) {
         server = try StubBackendServer(scenario: scenario, port: port, tls: tls)
@@ -65,7 +66,6 @@ let stubBackendCommand = Command(spec: CommandSpec(
         io.err("flowscope stub-backend: \(error.message)\n")
         return ExitStatus.usage
     }
-    StopSignals.install(label: "flowscope stub-backend")
     io.out("stub backend for \"\(scenario.name)\" on \(server.baseURL) (placements: \(scenario.backend.keys.sorted().joined(separator: ", ")))\n")
     await StopSignals.first()
     await StopSignals.stop(label: "flowscope stub-backend", timeout: 10, what: "closing connections") { server.stop() }

@@ -57,7 +57,7 @@ public struct Simulation: Sendable {
             while true {
                 let shard = board.next.wrappingAdd(1, ordering: .relaxed).oldValue
                 guard shard < shardCount else { break }
-                let begin = threadCPUSeconds()
+                let begin = SystemClocks.threadCPUSeconds()
                 let sessions = Self.sessions(ofShard: shard, total: total)
                 for index in sessions {
                     let plan = SessionPlan(index: index, seed: seed, population: config.population)
@@ -65,7 +65,7 @@ public struct Simulation: Sendable {
                         world.play(plan, config.strategies[k], into: &tallies[k])
                     }
                 }
-                busy += threadCPUSeconds() - begin
+                busy += SystemClocks.threadCPUSeconds() - begin
                 let done = board.done.wrappingAdd(sessions.count, ordering: .relaxed).newValue
                 progress?(done, total)
             }
@@ -562,13 +562,6 @@ private final class SessionTraces {
         counter += 1
         return TraceID(high: high, low: counter)
     }
-}
-
-/// CPU seconds the calling thread has used (robust to other processes sharing the cores).
-func threadCPUSeconds() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
 }
 
 extension Duration {

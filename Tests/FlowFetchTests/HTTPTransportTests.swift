@@ -111,4 +111,25 @@ struct HTTPTransportTests {
         #expect(PEM.certificates(in: "no certificate here").isEmpty)
         #expect(PEM.certificates(in: "-----BEGIN CERTIFICATE-----\nAAEC").isEmpty)
     }
+
+    @Test("URLSession errors map to transport reasons; App Transport Security's -1022 is 'ats', not a generic failure")
+    func urlErrorsMapToTransportReasons() {
+        #expect(HTTPBackend.failure(for: URLError(.appTransportSecurityRequiresSecureConnection)) == .transport(reason: "ats"))
+        #expect(URLError.Code.appTransportSecurityRequiresSecureConnection.rawValue == -1022)
+        #expect(HTTPBackend.failure(for: URLError(.cannotConnectToHost)) == .transport(reason: "refused"))
+        #expect(HTTPBackend.failure(for: URLError(.serverCertificateUntrusted)) == .transport(reason: "tls"))
+        #expect(HTTPBackend.failure(for: URLError(.notConnectedToInternet)) == .transport(reason: "offline"))
+        #expect(HTTPBackend.failure(for: URLError(.cancelled)) == .cancelled)
+    }
+
+    @Test("a CA file that cannot be read is named with the reason: missing, a directory, unreadable")
+    func unreadableCAFilesAreNamed() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-ca-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(AtomicFile.readProblem(dir + "/missing.pem") == "no such file or directory")
+        #expect(AtomicFile.readProblem(dir) == "is a directory")
+        try AtomicFile.write(Array("x".utf8), to: dir + "/ca.pem")
+        #expect(AtomicFile.readProblem(dir + "/ca.pem") == nil)
+    }
 }

@@ -1,3 +1,4 @@
+import FlowEvents
 import FlowJSON
 import FlowScopeServer
 import Foundation
@@ -265,6 +266,57 @@ struct BinaryRunAnywhereRealTimeTests {
             statuses.append(end?.status ?? -1)
         }
         #expect(statuses.count == 10)
+    }
+
+    /// Whether process `pid` has a handler installed for `signal` (SigCgt in /proc/PID/status).
+    static func catches(_ pid: Int32, _ signal: Int32) -> Bool {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigCgt:") }),
+              let mask = UInt64(line.dropFirst("SigCgt:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
+        return mask & (1 << UInt64(signal - 1)) != 0
+    }
+
+    @Test("two SIGINTs during start-up, once the handler is in but before the ready line: serve exits 0 or 130")
+    func doubleInterruptDuringStartUp() async throws {
+        let dir = makeTemporaryDirectory("sigint-start")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        for round in 0..<5 {
+            // A fresh state directory each round: start-up then creates a certificate and a token.
+            let serve = try RunningFlowScope(binary, ["serve", "--port", "0", "--state-dir", "\(dir)/state-\(round)"], in: dir)
+            #expect(await poll(20) { Self.catches(serve.pid, SIGINT) || !serve.process.isRunning }, "round \(round): \(serve.stderr)")
+            kill(serve.pid, SIGINT)
+            kill(serve.pid, SIGINT)
+            let end = await serve.exit(within: 15)
+            #expect(end?.reason == .exit && (end?.status == 0 || end?.status == 130),
+                    "round \(round): \(String(describing: end)) \(serve.stdout) \(serve.stderr)")
+        }
+    }
+
+    @Test("serve's signal thread takes SIGINT and SIGTERM although the Dispatch thread that made it blocks them")
+    func signalThreadOfServeBlocksNoSignal() async throws {
+        let dir = makeTemporaryDirectory("sigint-mask")
+        defer { removeDirectory(dir) }
+        let binary = try installedBinary(in: dir)
+        let serve = try RunningFlowScope(binary, ["serve", "--port", "0", "--no-demo", "--state-dir", dir + "/state"], in: dir)
+        #expect(await poll(20) { serve.stdout.contains("Stop with Ctrl-C.\n") }, "\(serve.stderr)")
+        var masks: [String: UInt64] = [:]  // thread name -> blocked signals
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(serve.pid)/task")) ?? [] {
+            let base = "/proc/\(serve.pid)/task/\(task)"
+            guard let name = try? String(contentsOfFile: base + "/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+                  let status = try? String(contentsOfFile: base + "/status", encoding: .utf8),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }),
+                  let mask = UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { continue }
+            masks[name + " " + task] = mask
+        }
+        let relay = masks.filter { $0.key.hasPrefix(SignalRelay.threadName + " ") }
+        #expect(relay.count == 1, "one thread named \(SignalRelay.threadName): \(masks)")
+        let both: UInt64 = 1 << UInt64(SIGINT - 1) | 1 << UInt64(SIGTERM - 1)
+        #expect(relay.values.allSatisfy { $0 & both == 0 }, "the signal thread blocks SIGINT or SIGTERM: \(relay)")
+        #expect(masks.values.contains { $0 & both == both }, "some thread blocks both (the case this guards against): \(masks)")
+        kill(serve.pid, SIGINT)
+        let end = await serve.exit(within: 15)
+        #expect(end?.reason == .exit && end?.status == 0, "\(String(describing: end)) \(serve.stderr)")
     }
 
     @Test("two SIGINTs back to back: stub-backend and replay --serve exit 0 or 130 too")

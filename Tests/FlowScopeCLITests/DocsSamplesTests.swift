@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The code samples of the README and plugins/README.md are cut from compiled files under examples/
+/// The code samples of the README, plugins/README.md and docs/getting-started.md are cut from compiled files under examples/
 /// (which `make test` builds and tests as outside packages), so they cannot drift.
 @Suite("Docs samples")
 struct DocsSamplesTests {
@@ -24,7 +24,8 @@ struct DocsSamplesTests {
             .compactMap { try? String(contentsOfFile: root + "/" + $0, encoding: .utf8) }
     }
 
-    @Test("every swift block of the README and plugins/README.md is text of a compiled example", arguments: ["README.md", "plugins/README.md"])
+    @Test("every swift block of the README, plugins/README.md and docs/getting-started.md is text of a compiled example",
+          arguments: ["README.md", "plugins/README.md", "docs/getting-started.md"])
     func samplesAreExamples(file: String) throws {
         let blocks = try Self.swiftBlocks(in: file)
         #expect(blocks.count >= 2, "\(file) has its samples")

@@ -1,11 +1,11 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // An app that loads its paywall with FlowScope's engine, and tests that run its loading code in
 // virtual time. It depends on FlowScope by path, as your package would (or by URL).
 import PackageDescription
 
 let package = Package(
     name: "PaywallApp",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v15), .iOS(.v18)],
     dependencies: [.package(name: "FlowScope", path: "../..")],
     targets: [
         // App code: the engine only (no test framework is linked into the app).

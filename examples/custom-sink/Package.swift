@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // A sink of your own (AuditSink), its conformance test, and a custom `flowscope` that knows it.
 import PackageDescription
 

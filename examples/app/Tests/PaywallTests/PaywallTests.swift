@@ -1,8 +1,11 @@
+// sample: imports
 import FlowScopeTesting
 import Foundation
 import Paywall
 import Testing
+// end sample: imports
 
+// sample: test
 @Test(.flowTrace)
 func paywallFallsBackToTheDefaultAudienceOnAHangingNetwork() async throws {
     let scenario = try Scenario.decode(String(contentsOf: Bundle.module.url(forResource: "Fixtures/hanging-targeted", withExtension: "json5")!,
@@ -13,3 +16,4 @@ func paywallFallsBackToTheDefaultAudienceOnAHangingNetwork() async throws {
     expectTimeout("main_paywall", stage: "targeted")       // fails with the call's timeline
     expectRequests(2, placement: "main_paywall")
 }
+// end sample: test
