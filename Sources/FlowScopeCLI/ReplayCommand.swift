@@ -98,19 +98,23 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
 /// Puts a trace into `pipeline` in batches of at most 1,000 envelopes, each queued only when every
 /// sink's queue has room for all of it (queued at once, a trace longer than a queue would lose its
 /// oldest events). A refused batch is offered again after a wait that doubles from 10 ms to 200 ms,
-/// for at most `patience` seconds in all. Returns how many envelopes were not loaded.
+/// for at most `patience` seconds of wall time per batch. Returns how many envelopes were not loaded.
 func loadTrace(_ envelopes: [Envelope], into pipeline: EventPipeline, queueCapacity: Int, patience: Double = 30) async -> Int {
-    var from = 0, waited = 0.0, backoff = 0.01
+    let clock = ContinuousClock()
+    var from = 0, backoff = 0.01
+    var refusedSince: ContinuousClock.Instant?
     while from < envelopes.count {
         let to = min(from + 1000, envelopes.count)
         switch pipeline.ingest(Array(envelopes[from..<to]), ifRoomWithin: queueCapacity, in: .allSinks) {
         case .accepted:
             from = to
             backoff = 0.01
+            refusedSince = nil
         case .refused:
-            guard waited + backoff <= patience else { return envelopes.count - from }
+            let since = refusedSince ?? clock.now
+            refusedSince = since
+            guard clock.now - since < .seconds(patience) else { return envelopes.count - from }
             try? await Task.sleep(for: .seconds(backoff))
-            waited += backoff
             backoff = min(backoff * 2, 0.2)
         case .stopped:
             return envelopes.count - from
