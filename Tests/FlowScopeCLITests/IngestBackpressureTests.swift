@@ -129,6 +129,7 @@ struct IngestBackpressureRealTimeTests {
         let tally = sendConcurrently(port: fixture.port, token: fixture.token, senders: 4, batch: 250, seconds: 3)
         fixture.stop()
         #expect(tally.otherAnswers.isEmpty, "only 202, 503 and 429: \(tally.otherAnswers.prefix(5))")
+        #expect(fixture.stack.pipeline.dropped(sink: "sqlite") == 0 && fixture.stack.pipeline.dropped(sink: "jsonl") == 0)
         #expect(tally.refusedWithoutRetryAfter == 0)
         #expect(tally.acknowledged.count >= 1000)
         let acknowledged = Set(tally.acknowledged)
@@ -179,6 +180,7 @@ struct IngestBackpressureRealTimeTests {
         #expect(seen.refusedBatches > 0, "the senders were slowed down")
         #expect(seen.refusedWithoutRetryAfter == 0)
         #expect(seen.otherAnswers.isEmpty, "\(seen.otherAnswers.prefix(5))")
+        #expect(fixture.stack.pipeline.dropped(sink: "archive") == 0)
         let consumed = slow.consumedIDs
         #expect(Set(consumed) == Set(seen.acknowledged), "consumed \(consumed.count), acknowledged \(seen.acknowledged.count)")
         #expect(consumed.count == seen.acknowledged.count)
