@@ -186,6 +186,25 @@ struct IngestBackpressureRealTimeTests {
         #expect(consumed.count == seen.acknowledged.count)
     }
 
+    @Test("a sink shows saturated for EventPipeline.saturationWindow (5 s) after its queue last refused a batch, then no more")
+    func saturationWindow() {
+        let sink = SlowArchiveSink(name: "archive", pause: 0)
+        let pipeline = EventPipeline(sinks: [sink], queueCapacity: 100)
+        defer { pipeline.shutdown() }
+        let batch = ReplayLoadTests.trace(1)
+        #expect(EventPipeline.saturationWindow == 5)
+        #expect(pipeline.stats()[0].saturated == false)
+        #expect(pipeline.ingest(batch, ifRoomWithin: 0) == .refused(sinks: ["archive"]))
+        let start = Date()
+        #expect(pipeline.stats()[0].saturated == true)
+        usleep(1_000_000)
+        if Date().timeIntervalSince(start) < 4 { #expect(pipeline.stats()[0].saturated == true) }
+        usleep(5_000_000)
+        #expect(pipeline.stats()[0].saturated == false, "6 s after the last refusal")
+        #expect(pipeline.ingest(batch, ifRoomWithin: 100) == .accepted)
+        #expect(pipeline.stats()[0].saturated == false, "an accepted batch does not saturate")
+    }
+
     @Test("the in-process pipeline under the same slow sink never blocks the caller: its full queue drops and counts")
     func inProcessStillDrops() {
         let slow = SlowArchiveSink(name: "archive", pause: 0.05)
