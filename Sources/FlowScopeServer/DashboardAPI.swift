@@ -121,8 +121,8 @@ public enum DashboardAPI {
                 case .accepted:
                     return .json(["accepted": .number(Double(envelopes.count))], status: 202)
                 case .refused(let sinks):
-                    return .serviceUnavailable(retryAfter: limits.ingestRetryAfter,
-                                               "sinks \(sinks.joined(separator: ", ")) are behind; nothing of this batch was stored")
+                    let which = sinks.count == 1 ? "sink \(sinks[0]) is" : "sinks \(sinks.joined(separator: ", ")) are"
+                    return .serviceUnavailable(retryAfter: limits.ingestRetryAfter, "\(which) behind; nothing of this batch was stored")
                 case .stopped:
                     return .serviceUnavailable(retryAfter: limits.ingestRetryAfter, "the server is stopping; nothing of this batch was stored")
                 }

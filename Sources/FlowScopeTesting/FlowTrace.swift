@@ -301,8 +301,8 @@ final class AttachStream: Sendable {
             case .refused(let status, let retryAfter, let reason):
                 let wait = max(retryAfter ?? 0, backoff)
                 guard waited + wait <= retrySeconds else {
-                    return fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)\(reason) "
-                                + "\(attempts) time\(attempts == 1 ? "" : "s") in \(Int(waited.rounded())) s; "
+                    return fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server refused a batch "
+                                + "\(attempts) time\(attempts == 1 ? "" : "s") in \(Int(waited.rounded())) s (\(status)\(reason)); "
                                 + "\(batch.count) event\(batch.count == 1 ? "" : "s") not delivered (FLOWSCOPE_ATTACH_RETRY=\(Int(retrySeconds)))",
                                 undelivered: batch.count)
                 }

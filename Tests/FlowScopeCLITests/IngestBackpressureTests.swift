@@ -85,6 +85,14 @@ func sendConcurrently(port: Int, token: String, senders: Int, batch: Int, second
                 tally.withLock {
                     $0.refusedBatches += 1
                     if Int(reply.header("retry-after") ?? "").map({ $0 < 1 }) ?? true { $0.refusedWithoutRetryAfter += 1 }
+                    // A 503 of the backpressure also says so in its JSON error body, with the wait.
+                    if reply.status == 503 {
+                        let error = (try? JSON5.parse(reply.text))?["error"]
+                        if (error?["retryAfter"]?.numberValue ?? 0) < 1
+                            || error?["message"]?.stringValue?.contains("nothing of this batch was stored") != true {
+                            $0.refusedWithoutRetryAfter += 1
+                        }
+                    }
                 }
                 usleep(UInt32(pause * 1e6))
             default:

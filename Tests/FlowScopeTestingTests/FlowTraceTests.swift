@@ -230,7 +230,7 @@ struct FlowTraceTests {
         let server = try LoopbackServer { _ in
             // The first two answers refuse, as serve does while a durable sink is behind.
             if answered.add(1, ordering: .relaxed).newValue <= 2 {
-                return .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sinks sqlite are behind","retryAfter":1}}"#.utf8))
+                return .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sink sqlite is behind; nothing of this batch was stored; retry after 1 s","retryAfter":1}}"#.utf8))
             }
             return .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8))
         }
@@ -252,14 +252,14 @@ struct FlowTraceTests {
     @Test("a batch still refused after FLOWSCOPE_ATTACH_RETRY seconds is given up and reported with how many events were not delivered")
     func attachGivesUpAndReports() async throws {
         let server = try LoopbackServer { _ in
-            .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sinks sqlite are behind","retryAfter":1}}"#.utf8))
+            .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sink sqlite is behind; nothing of this batch was stored; retry after 1 s","retryAfter":1}}"#.utf8))
         }
         defer { server.stop() }
         let start = Date()
         let failure = await Self.attachFailure("http://127.0.0.1:\(server.port)", ["FLOWSCOPE_ATTACH_RETRY": "2"])
         #expect(Date().timeIntervalSince(start) < 10)
-        #expect(failure == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(server.port)/api/ingest: the server answered 503: sinks sqlite are behind "
-                + "3 times in 2 s; 1 event not delivered (FLOWSCOPE_ATTACH_RETRY=2)")
+        #expect(failure == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(server.port)/api/ingest: the server refused a batch 3 times in 2 s "
+                + "(503: sink sqlite is behind; nothing of this batch was stored; retry after 1 s); 1 event not delivered (FLOWSCOPE_ATTACH_RETRY=2)")
         #expect(server.requests.count == 3)
     }
 
