@@ -1,15 +1,16 @@
 import Foundation
 import PackagePlugin
 
-/// Compiles the dashboard (web/), the default config (config/flowscope.json5) and the demo backend
-/// (config/demo/) into the target it is applied to, as one generated Swift file: the files in the
+/// Compiles the dashboard (web/), the default config (config/flowscope.json5), the demo backend
+/// (config/demo/), the example scenarios (config/scenarios/) and the Grafana dashboard
+/// (config/grafana/) into the target it is applied to, as one generated Swift file: the files in the
 /// repository stay the source, read at build time, with no build step of their own.
 @main
 struct EmbedAssets: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) async throws -> [Command] {
         let root = context.package.directoryURL
         var files: [(name: String, url: URL)] = []
-        for directory in ["web", "config/demo"] {
+        for directory in ["web", "config/demo", "config/scenarios", "config/grafana"] {
             files += Self.files(under: root.appending(path: directory), named: directory)
         }
         files.append(("config/flowscope.json5", root.appending(path: "config/flowscope.json5")))

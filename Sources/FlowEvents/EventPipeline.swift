@@ -49,6 +49,18 @@ public struct SinkStats: Sendable, Hashable {
     }
 }
 
+/// A sink that has not finished, as ``EventPipeline/unfinishedSinks()`` reports it.
+public struct SinkDrain: Sendable, Equatable {
+    /// The sink's name.
+    public var sink: String
+    /// Envelopes waiting in its queue.
+    public var queued: Int
+    /// Envelopes of the batch its `consume` is working on.
+    public var inFlight: Int
+    /// Creates a record.
+    public init(sink: String, queued: Int, inFlight: Int) { self.sink = sink; self.queued = queued; self.inFlight = inFlight }
+}
+
 /// What ``EventPipeline/ingest(_:ifRoomWithin:in:)`` did with a batch: all of it or none of it.
 public enum IngestOutcome: Sendable, Hashable {
     /// Every envelope was queued for every sink.
@@ -214,6 +226,10 @@ public final class EventPipeline: EngineEventSink {
     /// The sinks, in order.
     public var sinks: [any EventSink] { hub.sinks }
 
+    /// The sinks whose drain thread has not ended yet (during `shutdown()`: those still consuming,
+    /// flushing or closing), with what each has not yet consumed. Empty once every sink is closed.
+    public func unfinishedSinks() -> [SinkDrain] { hub.unfinished() }
+
     /// Waits until every queue is empty and no batch is being consumed, or `timeout` seconds pass.
     /// Returns whether everything was drained. Events emitted meanwhile extend the wait.
     @discardableResult
@@ -303,6 +319,10 @@ private struct Lane {
     var waiting = false
     var stopping = false
     var consuming = false
+    /// Envelopes of the batch being consumed (0 when none).
+    var inFlight = 0
+    /// The drain thread has flushed and closed the sink and ended.
+    var finished = false
     var dropped: UInt64 = 0
     var unreported: UInt64 = 0
     var lastReport = -Double.infinity
@@ -541,6 +561,15 @@ private final class Hub: Sendable {
         }
     }
 
+    func unfinished() -> [SinkDrain] {
+        state.withLock { state in
+            let total = state.total
+            return state.lanes.indices.filter { !state.lanes[$0].finished }.map { i in
+                SinkDrain(sink: sinks[i].name, queued: state.lanes[i].depth(total: total), inFlight: state.lanes[i].inFlight)
+            }
+        }
+    }
+
     var isIdle: Bool {
         state.withLock { state in
             let total = state.total
@@ -619,6 +648,7 @@ private final class Hub: Sendable {
         state.lanes[index].cursor = total
         state.lanes[index].excluded.removeAll()
         state.lanes[index].consuming = true
+        state.lanes[index].inFlight = count
         collect(&state, freed: &freed)
         return .batches(chunks, count: count)
     }
@@ -661,6 +691,7 @@ private final class Hub: Sendable {
                 while state.spare.count < Self.spareLimit, let buffer = spares.popLast() { state.spare.append(buffer) }
                 if batches > 0 {
                     state.lanes[index].consuming = false
+                    state.lanes[index].inFlight = 0
                     state.lanes[index].consumed += consumed
                     state.lanes[index].batches += batches
                     if !state.closed { report(lane: index, force: false, state: &state, reporter: reporter, wake: &wake) }
@@ -683,6 +714,7 @@ private final class Hub: Sendable {
             case .finished:
                 sink.flush()
                 sink.close()
+                state.withLock { $0.lanes[index].finished = true }
                 dones[index].signal()
                 return
             case .wait:

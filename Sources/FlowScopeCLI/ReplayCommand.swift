@@ -91,7 +91,8 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
     io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
     io.out("Stop with Ctrl-C.\n")
     await StopSignals.first()
-    await StopSignals.stop(label: "flowscope replay", timeout: config.server.shutdownTimeout) { stack.stop() }
+    await StopSignals.stop(label: "flowscope replay", timeout: config.server.shutdownTimeout,
+                           sinks: { stack.pipeline.unfinishedSinks() }) { stack.stop() }
     return ExitStatus.success
 }
 

@@ -83,7 +83,8 @@ let serveCommand = Command(spec: CommandSpec(
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
     io.out("Stop with Ctrl-C.\n")
     await StopSignals.first()
-    await StopSignals.stop(label: "flowscope serve", timeout: config.server.shutdownTimeout) { stack.stop() }
+    await StopSignals.stop(label: "flowscope serve", timeout: config.server.shutdownTimeout,
+                           sinks: { stack.pipeline.unfinishedSinks() }) { stack.stop() }
     io.out("stopped; events flushed\n")
     return ExitStatus.success
 }

@@ -68,9 +68,11 @@ enum StopSignals {
     }
 
     /// Runs `stop` on a thread of its own and waits for it, at most `timeout` seconds. After a second,
-    /// prints on stderr each second how long it has waited; past `timeout` it says so and exits with
-    /// status 1 (what was not yet drained is lost). Returns when `stop` has finished.
-    static func stop(label: String, timeout: Double, what: String = "draining sinks", _ stop: @escaping @Sendable () -> Void) async {
+    /// prints on stderr each second how long it has waited and, with `sinks`, which sinks it waits
+    /// for; past `timeout` it says so, names what is given up, and exits with status 1 (what was not
+    /// yet drained is lost). Returns when `stop` has finished.
+    static func stop(label: String, timeout: Double, what: String = "draining sinks",
+                     sinks: (@Sendable () -> [SinkDrain])? = nil, _ stop: @escaping @Sendable () -> Void) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let finished = DispatchSemaphore(value: 0)
             let worker = Thread {
@@ -85,14 +87,16 @@ enum StopSignals {
                 while finished.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
                     let elapsed = ContinuousClock.now - start
                     if elapsed >= .seconds(timeout) {
-                        writeAll(2, "\(label): still \(what) after \(seconds(timeout)) s (server.shutdownTimeout): exiting without waiting further\n")
+                        let givenUp = sinks.map { "; given up: " + abandoned($0()) } ?? ""
+                        writeAll(2, "\(label): still \(what) after \(seconds(timeout)) s (server.shutdownTimeout): exiting without waiting further\(givenUp)\n")
                         ExecSink.endAllPrograms()
                         _exit(ExitStatus.failure)
                     }
                     let whole = Int(elapsed.components.seconds)
                     if whole >= 1 && whole > reported {
                         reported = whole
-                        writeAll(2, "\(label): stopping: \(what), \(whole) s of at most \(seconds(timeout)) s (a second Ctrl-C exits now)\n")
+                        let waiting = sinks.map { "; waiting for " + waitingFor($0()) } ?? ""
+                        writeAll(2, "\(label): stopping: \(what), \(whole) s of at most \(seconds(timeout)) s\(waiting) (a second Ctrl-C exits now)\n")
                     }
                 }
                 continuation.resume()
@@ -100,6 +104,31 @@ enum StopSignals {
             watcher.name = "flowscope.stop-watch"
             watcher.start()
         }
+    }
+
+    /// The sinks a stop waits for: `otlp (flushing), sqlite (1,200 events queued, 500 being written)`.
+    static func waitingFor(_ drains: [SinkDrain]) -> String {
+        guard !drains.isEmpty else { return "the server to close" }
+        return drains.map { d in
+            var parts: [String] = []
+            if d.queued > 0 { parts.append("\(grouped(d.queued)) events queued") }
+            if d.inFlight > 0 { parts.append("\(grouped(d.inFlight)) being written") }
+            return "\(d.sink) (\(parts.isEmpty ? "flushing" : parts.joined(separator: ", ")))"
+        }.joined(separator: ", ")
+    }
+
+    /// What a stop cut at its timeout gives up: each unfinished sink, and the events not written.
+    static func abandoned(_ drains: [SinkDrain]) -> String {
+        guard !drains.isEmpty else { return "nothing (every sink had finished)" }
+        let events = drains.reduce(0) { $0 + $1.queued + $1.inFlight }
+        return waitingFor(drains) + "; \(grouped(events)) events not written"
+            + (drains.contains { $0.queued + $0.inFlight == 0 } ? ", and what the flushing sinks still held" : "")
+    }
+
+    private static func grouped(_ n: Int) -> String {
+        var digits = String(n), out = ""
+        while digits.count > 3 { out = "," + digits.suffix(3) + out; digits.removeLast(3) }
+        return digits + out
     }
 
     private static func seconds(_ value: Double) -> String {

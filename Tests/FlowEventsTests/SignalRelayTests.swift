@@ -45,3 +45,32 @@ struct SignalRelayTests {
         #expect(relayed.wait(timeout: .now() + 10) == .success)
     }
 }
+
+@Suite("EventPipeline: unfinished sinks")
+struct UnfinishedSinksTests {
+    @Test("a sink held in consume is unfinished with its batch in flight and the rest queued; after shutdown none is")
+    func unfinishedSinksDuringShutdown() {
+        let slow = RecordingSink(name: "slow", gated: true), quick = RecordingSink(name: "quick")
+        let pipeline = EventPipeline(sinks: [slow, quick])
+        pipeline.receive(event(0))
+        #expect(slow.entered.wait(timeout: .now() + 10) == .success)  // the first batch is in consume
+        for i in 1...10 { pipeline.receive(event(i)) }
+        #expect(pipeline.waitUntilDrained(timeout: 0.2) == false)
+        let held = pipeline.unfinishedSinks().first { $0.sink == "slow" }
+        #expect(held == SinkDrain(sink: "slow", queued: 10, inFlight: 1))
+        let stopped = DispatchSemaphore(value: 0)
+        Thread { pipeline.shutdown(); stopped.signal() }.start()
+        // The quick sink finishes; the slow one is still named, until it is let go.
+        var names: [String] = []
+        for _ in 0..<500 {
+            names = pipeline.unfinishedSinks().map(\.sink)
+            if names == ["slow"] { break }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        #expect(names == ["slow"])
+        for _ in 0..<20 { slow.gate.signal() }
+        #expect(stopped.wait(timeout: .now() + 10) == .success)
+        #expect(pipeline.unfinishedSinks().isEmpty)
+        #expect(slow.envelopes.count == 11 && quick.envelopes.count == 11)
+    }
+}
