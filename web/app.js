@@ -222,20 +222,34 @@ async function loadRuns() {
   }
 }
 
-/** Shows every sink that is down (its last write or export failed), with its last error. */
+/**
+ * Shows every sink that is down (its last write or export failed), with its last error, and every
+ * sink that is saturated (its queue overflowed or refused an ingest batch in the last 5 s).
+ */
 async function loadSinks() {
   const alert = $('#sink-alert');
   try {
     const answer = await api.sinks();
-    const down = (Array.isArray(answer.sinks) ? answer.sinks : []).filter((s) => s.up === false);
-    alert.hidden = down.length === 0;
-    alert.replaceChildren(...down.map((s) => {
+    const list = Array.isArray(answer.sinks) ? answer.sinks : [];
+    const down = list.filter((s) => s.up === false);
+    const saturated = list.filter((s) => s.up !== false && s.saturated === true);
+    alert.hidden = down.length + saturated.length === 0;
+    const lines = down.map((s) => {
       const line = document.createElement('p');
       line.dataset.sink = s.name;
       line.textContent = `Sink ${s.name} (${s.type}) is down: ${s.lastError ?? 'its last write failed'}` +
         ` (${s.errors} errors, ${s.dropped} events lost). Events still reach the other sinks.`;
       return line;
+    }).concat(saturated.map((s) => {
+      const line = document.createElement('p');
+      line.dataset.sink = s.name;
+      line.dataset.saturated = 'true';
+      line.textContent = `Sink ${s.name} (${s.type}) is saturated: it cannot keep up` +
+        ` (${s.queueDepth} of ${s.capacity} queued, ${s.dropped} events lost).` +
+        (s.durable ? ' Ingest is refused with 503 until it catches up.' : '');
+      return line;
     }));
+    alert.replaceChildren(...lines);
   } catch (error) {
     // /api/sinks unreachable: the connection state already says so.
   }

@@ -32,13 +32,20 @@ public struct SinkStats: Sendable, Hashable {
     public var errors: UInt64
     /// The sink's last failure, if any.
     public var lastError: String?
+    /// True while the sink cannot keep up: its queue overflowed (dropped envelopes) or had no room
+    /// for an ingest batch within the last ``EventPipeline/saturationWindow`` seconds.
+    public var saturated: Bool
+    /// Whether the sink is durable (``EventSink/isDurable``): ingest waits for room in its queue.
+    public var durable: Bool
 
     /// Creates a stats record.
     public init(sink: String, type: String? = nil, queueDepth: Int, capacity: Int, dropped: UInt64, consumed: UInt64,
-                batches: UInt64, up: Bool = true, errors: UInt64 = 0, lastError: String? = nil) {
+                batches: UInt64, up: Bool = true, errors: UInt64 = 0, lastError: String? = nil,
+                saturated: Bool = false, durable: Bool = false) {
         self.sink = sink; self.type = type ?? sink; self.queueDepth = queueDepth; self.capacity = capacity
         self.dropped = dropped; self.consumed = consumed; self.batches = batches
         self.up = up; self.errors = errors; self.lastError = lastError
+        self.saturated = saturated; self.durable = durable
     }
 }
 
@@ -52,6 +59,24 @@ public struct SinkDrain: Sendable, Equatable {
     public var inFlight: Int
     /// Creates a record.
     public init(sink: String, queued: Int, inFlight: Int) { self.sink = sink; self.queued = queued; self.inFlight = inFlight }
+}
+
+/// What ``EventPipeline/ingest(_:ifRoomWithin:in:)`` did with a batch: all of it or none of it.
+public enum IngestOutcome: Sendable, Hashable {
+    /// Every envelope was queued for every sink.
+    case accepted
+    /// Nothing was queued: these sinks' queues had no room for the whole batch. Retry later.
+    case refused(sinks: [String])
+    /// Nothing was queued: the pipeline is shut down.
+    case stopped
+}
+
+/// Which sinks' queues must have room for an ingest batch.
+public enum IngestRoom: Sendable, Hashable {
+    /// Only the durable sinks (``EventSink/isDurable``); the others drop their oldest when full.
+    case durableSinks
+    /// Every sink.
+    case allSinks
 }
 
 /// Fans engine events out to sinks without ever making the emitter wait.
@@ -74,6 +99,9 @@ public struct SinkDrain: Sendable, Equatable {
 public final class EventPipeline: EngineEventSink {
     /// Shortest interval between two `sink.dropped` events about the same sink.
     public static let dropReportInterval: Double = 0.1
+    /// Seconds a sink stays ``SinkStats/saturated`` after its queue last overflowed or refused an
+    /// ingest batch.
+    public static let saturationWindow: Double = 5
 
     private let run: String
     private let hub: Hub
@@ -150,6 +178,23 @@ public final class EventPipeline: EngineEventSink {
     public func ingest(_ envelopes: [Envelope]) {
         guard !envelopes.isEmpty else { return }
         hub.enqueueAll(envelopes, defaultRun: run, reporter: reporter)
+    }
+
+    /// Like ``ingest(_:)``, but all or nothing: queues the batch only when each sink of `room` would
+    /// then hold at most `limit` envelopes in its queue (`limit` is capped at the queue capacity);
+    /// otherwise queues none of it, marks those sinks saturated and says which they were. Checking
+    /// and queueing happen under one lock, so a batch accepted by durable sinks is never dropped
+    /// from their queues by another ingest. Never blocks on a sink.
+    ///
+    /// ```swift
+    /// switch pipeline.ingest(batch, ifRoomWithin: 32_768) {
+    /// case .accepted: return 202
+    /// case .refused, .stopped: return 503   // with Retry-After: the sender tries again later
+    /// }
+    /// ```
+    public func ingest(_ envelopes: [Envelope], ifRoomWithin limit: Int, in room: IngestRoom = .durableSinks) -> IngestOutcome {
+        guard !envelopes.isEmpty else { return .accepted }
+        return hub.enqueueIfRoom(envelopes, limit: limit, room: room, defaultRun: run, reporter: reporter)
     }
 
     /// A view of this pipeline that stamps `run` instead of the pipeline's own run: give it to
@@ -281,6 +326,8 @@ private struct Lane {
     var dropped: UInt64 = 0
     var unreported: UInt64 = 0
     var lastReport = -Double.infinity
+    /// Uptime of the last overflow (a drop) or refused ingest batch.
+    var lastOverflow = -Double.infinity
     var consumed: UInt64 = 0
     var batches: UInt64 = 0
 
@@ -313,6 +360,8 @@ private struct Segment {
 /// `capacity` envelopes plus the batches being consumed.
 private final class Hub: Sendable {
     let sinks: [any EventSink]
+    /// Per lane: whether its sink is durable (read once at start).
+    let durable: [Bool]
     let capacity: Int
     let maxBatch: Int
     let linger: UInt32
@@ -342,6 +391,7 @@ private final class Hub: Sendable {
 
     init(sinks: [any EventSink], capacity: Int, maxBatch: Int, linger: UInt32) {
         self.sinks = sinks
+        self.durable = sinks.map(\.isDurable)
         self.capacity = capacity
         self.maxBatch = maxBatch
         self.linger = linger
@@ -384,6 +434,34 @@ private final class Hub: Sendable {
             admitGroup(state: &state, reporter: reporter, wake: &wake)
         }
         wake.signal(wakes)
+    }
+
+    /// Renumbers and appends envelopes from elsewhere when each lane of `room` has space for all of
+    /// them within `limit`; else appends nothing and notes those lanes as overflowing.
+    func enqueueIfRoom(_ envelopes: [Envelope], limit: Int, room: IngestRoom, defaultRun: String, reporter: DropReporter) -> IngestOutcome {
+        let bound = min(max(0, limit), capacity)
+        var wake = WakeList()
+        let outcome = state.withLock { state -> IngestOutcome in
+            guard !state.closed else { return .stopped }
+            let total = state.total
+            var full: [Int] = []
+            for lane in state.lanes.indices where room == .allSinks || durable[lane] {
+                if state.lanes[lane].depth(total: total) + envelopes.count > bound { full.append(lane) }
+            }
+            guard full.isEmpty else {
+                let now = uptime()
+                for lane in full { state.lanes[lane].lastOverflow = now }
+                return .refused(sinks: full.map { sinks[$0].name })
+            }
+            for var envelope in envelopes {
+                envelope.seq = processSequence.wrappingAdd(1, ordering: .relaxed).newValue
+                if !Envelope.isValidRun(envelope.run) { envelope.run = Envelope.runName(envelope.run, empty: defaultRun) }
+                push(envelope, except: nil, state: &state, reporter: reporter, wake: &wake)
+            }
+            return .accepted
+        }
+        wake.signal(wakes)
+        return outcome
     }
 
     /// Renumbers and appends envelopes from elsewhere.
@@ -443,6 +521,7 @@ private final class Hub: Sendable {
             state.lanes[lane].waiting = false
             wake.add(lane)
         }
+        if dropped { state.lanes[lane].lastOverflow = uptime() }
         if dropped { report(lane: lane, force: false, state: &state, reporter: reporter, wake: &wake) }
     }
 
@@ -468,14 +547,17 @@ private final class Hub: Sendable {
     func stats() -> [SinkStats] {
         let lanes = state.withLock { state in
             let total = state.total
-            return state.lanes.map { (depth: $0.depth(total: total), dropped: $0.dropped, consumed: $0.consumed, batches: $0.batches) }
+            return state.lanes.map { (depth: $0.depth(total: total), dropped: $0.dropped, consumed: $0.consumed, batches: $0.batches,
+                                      lastOverflow: $0.lastOverflow) }
         }
+        let now = uptime()
         // The sinks' own health is read outside the hub's lock: a sink's lock never nests in it.
         return sinks.indices.map { i in
             let sink = sinks[i], lane = lanes[i], health = sink.health
             return SinkStats(sink: sink.name, type: sink.type, queueDepth: lane.depth, capacity: capacity,
                              dropped: lane.dropped &+ health.dropped, consumed: lane.consumed, batches: lane.batches,
-                             up: health.up, errors: health.errors, lastError: health.lastError)
+                             up: health.up, errors: health.errors, lastError: health.lastError,
+                             saturated: now - lane.lastOverflow < EventPipeline.saturationWindow, durable: durable[i])
         }
     }
 

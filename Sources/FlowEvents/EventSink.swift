@@ -42,6 +42,11 @@ public protocol EventSink: AnyObject, Sendable {
     /// pipeline handed them over. Read at scrape time from any thread; keep it cheap.
     /// Default: always up, no errors.
     var health: SinkHealth { get }
+    /// True for a sink that keeps events beyond the process: a file, a database, an export, a
+    /// program. `POST /api/ingest` accepts a batch only when every durable sink's queue has room
+    /// for all of it (see ``EventPipeline/ingest(_:ifRoomWithin:in:)``), so what it acknowledges
+    /// is stored. Default: false (metrics, memory, console).
+    var isDurable: Bool { get }
 }
 
 extension EventSink {
@@ -61,6 +66,9 @@ extension EventSink {
 
     /// Always up, no errors.
     public var health: SinkHealth { SinkHealth() }
+
+    /// Not durable.
+    public var isDurable: Bool { false }
 }
 
 /// What a sink says of itself (see ``EventSink/health``).

@@ -73,8 +73,8 @@ public struct BenchmarkSuite: Sendable {
     /// The names, in the order they run and print.
     public static let names = [
         "engine.getFlow.cacheHit", "engine.getFlow.cacheHit.noSink", "client.getFlow.cacheHit", "pipeline.emit", "pipeline.throughput",
-        "metrics.counter.increment", "metrics.render", "sim.calls", "scenario.steps", "sqlite.insert", "readmodel.fold",
-        "api.placements",
+        "metrics.counter.increment", "metrics.render", "sim.calls", "scenario.steps", "sqlite.insert", "ingest.sqlite",
+        "readmodel.fold", "api.placements",
     ]
 
     func count(_ n: Int, minimum: Int = 100) -> Int { max(minimum, Int(Double(n) * scale)) }
@@ -95,6 +95,7 @@ public struct BenchmarkSuite: Sendable {
             case "metrics.render": results.append(try metricsRender())
             case "sim.calls": results.append(simCalls())
             case "scenario.steps": results.append(try scenarioSteps())
+            case "ingest.sqlite": results.append(try sqliteIngest())
             case "readmodel.fold": results.append(readModelFold())
             case "api.placements": results.append(apiPlacements())
             default: results.append(try sqliteInsert())
@@ -363,6 +364,46 @@ public struct BenchmarkSuite: Sendable {
             }
         }
         return BenchmarkResult(name: "sqlite.insert", value: median(sink), unit: "events/s",
+                               baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
+    }
+
+    /// Sustained ingest as `POST /api/ingest` does it, without HTTP: batches of 500 envelopes offered
+    /// with `ingest(_:ifRoomWithin:)` (32,768, serve's default) into serve's sinks (metrics, memory,
+    /// sqlite with its defaults), a refused batch offered again after 1 ms, until every batch is
+    /// accepted and the pipeline has shut down (every row committed). Events/s over that wall time,
+    /// against plain SQLite inserting the same rows in one transaction.
+    func sqliteIngest() throws -> BenchmarkResult {
+        let rows = (0..<count(200_000, minimum: 5_000)).map { i in
+            var e = Envelope(benchEvent(), seq: UInt64(i + 1), ts: 1_790_000_000 + Double(i) / 1000, run: "bench")
+            e.placement = "placement_\(i % 16)"
+            return e
+        }
+        let batches = stride(from: 0, to: rows.count, by: 500).map { Array(rows[$0..<min($0 + 500, rows.count)]) }
+        var ingest: [Double] = [], plain: [Double] = []
+        for run in 0...runs {
+            let sinkPath = "\(directory)/ingest-\(run).sqlite", plainPath = "\(directory)/ingest-plain-\(run).sqlite"
+            let store = try SQLiteSink(options: .init(path: sinkPath))
+            let pipeline = EventPipeline(run: "bench", sinks: [try MetricsSink(version: flowScopeVersion), MemorySink(capacity: 20_000), store])
+            var start = monotonicNanos()
+            for batch in batches {
+                while pipeline.ingest(batch, ifRoomWithin: 32_768) != .accepted { usleep(1000) }
+            }
+            pipeline.shutdown()
+            let ingestSeconds = Double(monotonicNanos() - start) / 1e9
+            let stored = store.storedCount
+            start = monotonicNanos()
+            try SQLiteBaseline.insert(rows, path: plainPath)
+            let plainSeconds = Double(monotonicNanos() - start) / 1e9
+            for path in [sinkPath, plainPath] {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+            }
+            guard stored == rows.count else { throw BenchError("ingest.sqlite: the sink stored \(stored) of \(rows.count) rows") }
+            if run > 0 {
+                ingest.append(Double(rows.count) / ingestSeconds)
+                plain.append(Double(rows.count) / plainSeconds)
+            }
+        }
+        return BenchmarkResult(name: "ingest.sqlite", value: median(ingest), unit: "events/s",
                                baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
     }
 

@@ -30,6 +30,8 @@ struct FlowScopeConfig: Sendable {
         var connectionTimeout = 30
         var ingestRatePerSecond = 50.0
         var ingestBurst = 100
+        /// Ingest accepts a batch only while every durable sink's queue would then hold at most this many events.
+        var ingestQueueLimit = 32_768
         /// Seconds a graceful stop (first SIGINT or SIGTERM) may take before flowscope exits anyway.
         var shutdownTimeout = 10.0
     }
@@ -144,7 +146,7 @@ struct FlowScopeConfig: Sendable {
             if let l = so.optional("limits") {
                 let lo = try l.object()
                 try lo.rejectUnknownKeys(allowed: ["maxConnections", "maxConnectionsPerIP", "maxHeaderBytes", "maxBodyBytes",
-                                                   "connectionTimeout", "ingestRatePerSecond", "ingestBurst"])
+                                                   "connectionTimeout", "ingestRatePerSecond", "ingestBurst", "ingestQueueLimit"])
                 if let v = lo.optional("maxConnections") { config.server.maxConnections = try int(v, 1...100_000) }
                 if let v = lo.optional("maxConnectionsPerIP") { config.server.maxConnectionsPerIP = try int(v, 1...100_000) }
                 if let v = lo.optional("maxHeaderBytes") { config.server.maxHeaderBytes = try int(v, 4096...(1 << 20)) }
@@ -152,6 +154,8 @@ struct FlowScopeConfig: Sendable {
                 if let v = lo.optional("connectionTimeout") { config.server.connectionTimeout = try int(v, 1...3600) }
                 if let v = lo.optional("ingestRatePerSecond") { config.server.ingestRatePerSecond = try positive(v) }
                 if let v = lo.optional("ingestBurst") { config.server.ingestBurst = try int(v, 1...1_000_000) }
+                // At most the sinks' queue capacity: a batch that cannot fit a queue could never be accepted.
+                if let v = lo.optional("ingestQueueLimit") { config.server.ingestQueueLimit = try int(v, 1...ServeStack.queueCapacity) }
             }
         }
         if let s = o.optional("sinks") {

@@ -83,7 +83,10 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
         io.err("flowscope replay: \(error.description)\n")
         return ExitStatus.usage
     }
-    stack.pipeline.ingest(envelopes)
+    let unloaded = await loadTrace(envelopes, into: stack.pipeline, queueCapacity: ServeStack.queueCapacity)
+    if unloaded > 0 {
+        io.err("flowscope replay: \(unloaded) of \(envelopes.count) events could not be loaded: the sinks did not catch up within 30 s\n")
+    }
     let run = envelopes.first?.run ?? "live"
     io.out("serving \(envelopes.count) events of \(args.positionals[0]) at https://localhost:\(stack.server.port)/#run=\(run)\n")
     io.out("Stop with Ctrl-C.\n")
@@ -91,4 +94,32 @@ private func serveTrace(_ envelopes: [Envelope], args: ParsedArguments, io: Outp
     await StopSignals.stop(label: "flowscope replay", timeout: config.server.shutdownTimeout,
                            sinks: { stack.pipeline.unfinishedSinks() }) { stack.stop() }
     return ExitStatus.success
+}
+
+/// Puts a trace into `pipeline` in batches of at most 1,000 envelopes, each queued only when every
+/// sink's queue has room for all of it (queued at once, a trace longer than a queue would lose its
+/// oldest events). A refused batch is offered again after a wait that doubles from 10 ms to 200 ms,
+/// for at most `patience` seconds of wall time per batch. Returns how many envelopes were not loaded.
+func loadTrace(_ envelopes: [Envelope], into pipeline: EventPipeline, queueCapacity: Int, patience: Double = 30) async -> Int {
+    let clock = ContinuousClock()
+    var from = 0, backoff = 0.01
+    var refusedSince: ContinuousClock.Instant?
+    while from < envelopes.count {
+        let to = min(from + 1000, envelopes.count)
+        switch pipeline.ingest(Array(envelopes[from..<to]), ifRoomWithin: queueCapacity, in: .allSinks) {
+        case .accepted:
+            from = to
+            backoff = 0.01
+            refusedSince = nil
+        case .refused:
+            let since = refusedSince ?? clock.now
+            refusedSince = since
+            guard clock.now - since < .seconds(patience) else { return envelopes.count - from }
+            try? await Task.sleep(for: .seconds(backoff))
+            backoff = min(backoff * 2, 0.2)
+        case .stopped:
+            return envelopes.count - from
+        }
+    }
+    return 0
 }

@@ -11,6 +11,8 @@ import SQLiteSink
 /// Everything `flowscope serve` runs: sinks from the config, the pipeline, the HTTPS server with the
 /// dashboard API, the live stream, and demo traffic. Tests start it in-process on port 0.
 final class ServeStack: Sendable {
+    /// Each sink's queue bound in envelopes (the pipeline's default); `server.limits.ingestQueueLimit` is at most this.
+    static let queueCapacity = 65_536
     let server: HTTPSServer
     let pipeline: EventPipeline
     let metrics: MetricsSink
@@ -97,7 +99,7 @@ final class ServeStack: Sendable {
         }
         self.metrics = metrics
         self.memory = memory
-        pipeline = EventPipeline(run: "live", sinks: sinks)
+        pipeline = EventPipeline(run: "live", sinks: sinks, queueCapacity: Self.queueCapacity)
         metrics.collectSinkStats(from: pipeline)
         // The first sqlite sink is the archive: the runs memory does not hold are read from it, and
         // the epoch it writes with every row is the one the dashboard sees.
@@ -111,11 +113,14 @@ final class ServeStack: Sendable {
         unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
 
         let pipeline = self.pipeline
+        var apiLimits = DashboardAPI.Limits()
+        apiLimits.ingestQueueLimit = config.server.ingestQueueLimit
         let router = DashboardAPI.router(
             pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus { [weak pipeline] in pipeline?.stats() ?? [] },
             hub: hub, web: web,
             simulations: SimulationStore(directory: stateDir + "/simulations").runs,
-            ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst))
+            ingestLimiter: RateLimiter(ratePerSecond: config.server.ingestRatePerSecond, burst: config.server.ingestBurst),
+            limits: apiLimits)
         let limits = ServerLimits(maxConnections: config.server.maxConnections, maxConnectionsPerIP: config.server.maxConnectionsPerIP,
                                   maxHeaderBytes: config.server.maxHeaderBytes, maxBodyBytes: config.server.maxBodyBytes,
                                   connectionTimeoutSeconds: config.server.connectionTimeout)

@@ -9,10 +9,12 @@ public struct SinkStatus: Sendable {
     /// A status from a stats function (usually `pipeline.stats`).
     public init(stats: @escaping @Sendable () -> [SinkStats]) { self.stats = stats }
 
-    /// `{"sinks": [{"name", "type", "up", "consumed", "dropped", "errors", "lastError", "queueDepth", "capacity"}]}`.
+    /// `{"sinks": [{"name", "type", "up", "saturated", "durable", "consumed", "dropped", "errors", "lastError",
+    /// "queueDepth", "capacity"}]}`.
     public func json() -> JSONValue {
         ["sinks": .array(stats().map { s in
             ["name": .string(s.sink), "type": .string(s.type), "up": .bool(s.up),
+             "saturated": .bool(s.saturated), "durable": .bool(s.durable),
              "consumed": .number(Double(s.consumed)), "dropped": .number(Double(s.dropped)),
              "errors": .number(Double(s.errors)), "lastError": s.lastError.map(JSONValue.string) ?? .null,
              "queueDepth": .number(Double(s.queueDepth)), "capacity": .number(Double(s.capacity))]

@@ -24,6 +24,12 @@ public enum DashboardAPI {
         public var maxEventsPerPage = 1000
         /// Most envelopes one ingest request may carry.
         public var maxIngestEvents = 10_000
+        /// Ingest accepts a batch only while every durable sink's queue would then hold at most this
+        /// many envelopes (capped at the pipeline's queue capacity); otherwise it answers 503 with
+        /// `Retry-After` and queues nothing of the batch.
+        public var ingestQueueLimit = 32_768
+        /// Seconds a refused sender is told to wait (`Retry-After`).
+        public var ingestRetryAfter = 1
         /// Most calls one GET /api/calls answers with.
         public var maxCallsPerPage = 1000
         /// Newest events (of the run, when one is asked for) a query of calls or placements reads at most.
@@ -112,8 +118,19 @@ public enum DashboardAPI {
         router.post("/api/ingest", requiresToken: true, rateLimit: ingestLimiter) { request in
             switch Ingest.decode(request.body, maxEvents: limits.maxIngestEvents) {
             case .success(let envelopes):
-                pipeline.ingest(envelopes)
-                return .json(["accepted": .number(Double(envelopes.count))], status: 202)
+                guard envelopes.count <= limits.ingestQueueLimit else {
+                    return .error(413, "\(envelopes.count) events in one request; at most \(limits.ingestQueueLimit) fit a sink's queue (server.limits.ingestQueueLimit)")
+                }
+                // All or nothing: a batch is acknowledged only when every durable sink has room for it.
+                switch pipeline.ingest(envelopes, ifRoomWithin: limits.ingestQueueLimit) {
+                case .accepted:
+                    return .json(["accepted": .number(Double(envelopes.count))], status: 202)
+                case .refused(let sinks):
+                    let which = sinks.count == 1 ? "sink \(sinks[0]) is" : "sinks \(sinks.joined(separator: ", ")) are"
+                    return .serviceUnavailable(retryAfter: limits.ingestRetryAfter, "\(which) behind; nothing of this batch was stored")
+                case .stopped:
+                    return .serviceUnavailable(retryAfter: limits.ingestRetryAfter, "the server is stopping; nothing of this batch was stored")
+                }
             case .failure(let error):
                 return .error(error.status, error.message)
             }

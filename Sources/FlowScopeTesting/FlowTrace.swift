@@ -23,7 +23,8 @@ public final class FlowTraceRecorder: Sendable {
     private let attach: AttachStream?
 
     /// A recorder named `name` (made a valid run name). `environment` supplies FLOWSCOPE_TRACE_DIR,
-    /// FLOWSCOPE_ATTACH, FLOWSCOPE_TOKEN and FLOWSCOPE_CA (the process environment by default).
+    /// FLOWSCOPE_ATTACH, FLOWSCOPE_TOKEN, FLOWSCOPE_CA and FLOWSCOPE_ATTACH_RETRY (the process
+    /// environment by default).
     /// `onFailure` defaults to Swift Testing's `Issue.record` inside a Swift Testing test and to
     /// standard error elsewhere (XCTest users pass `{ message, _ in XCTFail(message) }`).
     public init(name: String, environment: [String: String] = ProcessInfo.processInfo.environment,
@@ -33,7 +34,9 @@ public final class FlowTraceRecorder: Sendable {
         let dir = environment["FLOWSCOPE_TRACE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         self.traceDirectory = dir
         self.attach = environment["FLOWSCOPE_ATTACH"].flatMap { $0.isEmpty ? nil : $0 }.map {
-            AttachStream(server: $0, token: environment["FLOWSCOPE_TOKEN"], caFile: environment["FLOWSCOPE_CA"])
+            AttachStream(server: $0, token: environment["FLOWSCOPE_TOKEN"], caFile: environment["FLOWSCOPE_CA"],
+                         retrySeconds: environment["FLOWSCOPE_ATTACH_RETRY"].flatMap(Double.init).map { max(0, min($0, 3600)) }
+                            ?? AttachStream.defaultRetrySeconds)
         }
     }
 
@@ -194,13 +197,23 @@ extension Trait where Self == FlowTraceTrait {
 }
 
 /// Streams a test's events to a running `flowscope serve` (POST /api/ingest, JSON Lines, bearer
-/// token) in batches. Never fails a test: the first failure prints one warning and stops the stream.
+/// token) in batches, one at a time, in order. A batch the server refuses for now (503 or 429, as
+/// it does while its durable sinks are behind) is sent again after the wait its `Retry-After` asks
+/// (at least 0.2 s, doubling up to 5 s), for at most `retrySeconds` in all. Never fails a test: the
+/// first failure, or a batch still refused after that, prints one warning saying how many events
+/// were not delivered and stops the stream.
 final class AttachStream: Sendable {
+    /// The most seconds one refused batch is retried for, unless FLOWSCOPE_ATTACH_RETRY says otherwise.
+    static let defaultRetrySeconds = 30.0
     private struct State {
         var buffer: [Envelope] = []
         var broken = false
         var failure: String?
         var flusher: Task<Void, Never>?
+        /// The last send scheduled: the next one waits for it, so batches go out in order.
+        var tail: Task<Void, Never>?
+        /// Events given up on: a batch that failed or stayed refused, and everything after it.
+        var undelivered = 0
     }
     private let state = Mutex(State())
     private let endpoint: URL?
@@ -210,13 +223,15 @@ final class AttachStream: Sendable {
     /// Linux that needs `TLSTransport.install()` from the FlowTLS library, since URLSession there cannot
     /// trust a custom CA). Looked up at the first send, so a test may install it in its own setup.
     private let caFile: String?
+    private let retrySeconds: Double
 
-    init(server: String, token: String?, caFile: String?) {
+    init(server: String, token: String?, caFile: String?, retrySeconds: Double = AttachStream.defaultRetrySeconds) {
         var base = server
         while base.hasSuffix("/") { base.removeLast() }
         let endpoint = URL(string: base + "/api/ingest")
         self.endpoint = endpoint
         self.token = token
+        self.retrySeconds = retrySeconds
         let caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
         self.caFile = caFile
         if endpoint == nil || !(server.hasPrefix("http://") || server.hasPrefix("https://")) {
@@ -233,24 +248,37 @@ final class AttachStream: Sendable {
     /// Why the stream stopped, if it did.
     var failure: String? { state.withLock { $0.failure } }
 
+    /// Events that were not delivered (the stream stopped before or while sending them).
+    var undelivered: Int { state.withLock { $0.undelivered } }
+
     func append(_ e: Envelope) {
-        let start = state.withLock { s -> Bool in
-            guard !s.broken else { return false }
+        state.withLock { s in
+            guard !s.broken else { s.undelivered += 1; return }
             s.buffer.append(e)
-            guard s.flusher == nil else { return false }
-            s.flusher = Task { [self] in
+            guard s.flusher == nil else { return }
+            let previous = s.tail
+            let flusher = Task { [self] in
                 try? await Task.sleep(for: .milliseconds(200))
+                await previous?.value
                 await self.flush()
             }
-            return true
+            s.flusher = flusher
+            s.tail = flusher
         }
-        _ = start
     }
 
     func close() async {
-        let pending = state.withLock { $0.flusher }
+        let pending = state.withLock { $0.tail }
         await pending?.value
         await flush()
+    }
+
+    /// What one POST came to.
+    private enum Sent {
+        case delivered
+        /// 503 or 429: try again after `retryAfter` seconds (the server's `Retry-After`), if it said.
+        case refused(status: Int, retryAfter: Double?, reason: String)
+        case failed(String)
     }
 
     private func flush() async {
@@ -259,25 +287,50 @@ final class AttachStream: Sendable {
             return s.broken ? [] : s.buffer
         }
         guard !batch.isEmpty else { return }
-        if let problem { return fail(problem) }
+        if let problem { return fail(problem, undelivered: batch.count) }
         guard let endpoint else { return }
         let body = Array(batch.map { $0.jsonLine + "\n" }.joined().utf8)
+        var waited = 0.0, backoff = 0.2, attempts = 0
+        while true {
+            attempts += 1
+            switch await send(body, to: endpoint) {
+            case .delivered:
+                return
+            case .failed(let message):
+                return fail(message, undelivered: batch.count)
+            case .refused(let status, let retryAfter, let reason):
+                let wait = max(retryAfter ?? 0, backoff)
+                guard waited + wait <= retrySeconds else {
+                    return fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server refused a batch "
+                                + "\(attempts) time\(attempts == 1 ? "" : "s") in \(Int(waited.rounded())) s (\(status)\(reason)); "
+                                + "\(batch.count) event\(batch.count == 1 ? "" : "s") not delivered (FLOWSCOPE_ATTACH_RETRY=\(Int(retrySeconds)))",
+                                undelivered: batch.count)
+                }
+                try? await Task.sleep(for: .seconds(wait))
+                waited += wait
+                backoff = min(backoff * 2, 5)
+            }
+        }
+    }
+
+    /// One POST of `body`.
+    private func send(_ body: [UInt8], to endpoint: URL) async -> Sent {
         if let caFile, endpoint.scheme == "https" {
             let transport: any HTTPTransport
             do throws(HTTPBackendError) {
                 transport = try CustomCATransport.make(caFile: caFile)
             } catch {
-                return fail("FLOWSCOPE_CA=\(caFile): \(error.message)")
+                return .failed("FLOWSCOPE_CA=\(caFile): \(error.message)")
             }
             var headers = [("Content-Type", "application/x-ndjson")]
             if let token { headers.append(("Authorization", "Bearer \(token)")) }
             let exchange = HTTPExchange(method: "POST", url: endpoint, headers: headers, body: body)
             switch await transport.perform(exchange, timeout: 5, maxBodyBytes: 1 << 20) {
-            case .success(let a) where (200..<300).contains(a.status): break
-            case .success(let a): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(a.status)\(Self.reason(a.body))")
-            case .failure(let f): fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")
+            case .success(let a) where (200..<300).contains(a.status): return .delivered
+            case .success(let a): return answered(a.status, a.body, retryAfter: nil, endpoint: endpoint)
+            case .failure(let f):
+                return .failed("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(f.reason) (\(f.detail)); events stay in the test's memory")
             }
-            return
         }
         var request = URLRequest(url: endpoint, timeoutInterval: 5)
         request.httpMethod = "POST"
@@ -286,13 +339,23 @@ final class AttachStream: Sendable {
         request.httpBody = Data(body)
         do {
             let (data, response) = try await URLSession.shared.data(for: request)
-            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-            if !(200..<300).contains(status) {
-                fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)\(Self.reason(Array(data)))")
-            }
+            let http = response as? HTTPURLResponse
+            let status = http?.statusCode ?? 0
+            if (200..<300).contains(status) { return .delivered }
+            return answered(status, Array(data), retryAfter: http?.value(forHTTPHeaderField: "Retry-After").flatMap(Double.init), endpoint: endpoint)
         } catch {
-            fail("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(error.localizedDescription); events stay in the test's memory")
+            return .failed("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): \(error.localizedDescription); events stay in the test's memory")
         }
+    }
+
+    /// A non-2xx answer: 503 and 429 are "not now" (the wait from `Retry-After`, else from the JSON
+    /// error body's `retryAfter`); anything else stops the stream.
+    private func answered(_ status: Int, _ body: [UInt8], retryAfter: Double?, endpoint: URL) -> Sent {
+        if status == 503 || status == 429 {
+            let fromBody = (try? JSON5.parse(bytes: body))?["error"]?["retryAfter"]?.numberValue
+            return .refused(status: status, retryAfter: retryAfter ?? fromBody, reason: Self.reason(body))
+        }
+        return .failed("FLOWSCOPE_ATTACH=\(endpoint.absoluteString): the server answered \(status)\(Self.reason(body))")
     }
 
     /// `: ` and the server's reason for refusing a batch: the message of its JSON error body
@@ -305,8 +368,9 @@ final class AttachStream: Sendable {
         return text.isEmpty ? "" : ": " + text
     }
 
-    private func fail(_ message: String) {
+    private func fail(_ message: String, undelivered: Int) {
         state.withLock { s in
+            s.undelivered += undelivered + s.buffer.count
             s.broken = true; s.buffer = []
             if s.failure == nil { s.failure = message }
         }

@@ -29,7 +29,8 @@ struct BenchCommandTests {
             "engine.getFlow.cacheHit": ("ns/op", true), "pipeline.emit": ("ns/event", false),
             "pipeline.throughput": ("events/s", false), "metrics.counter.increment": ("ns/op", true),
             "metrics.render": ("us/1000 series", false), "sim.calls": ("calls/s", false), "scenario.steps": ("steps/s", true),
-            "sqlite.insert": ("events/s", true), "readmodel.fold": ("events/s", false), "api.placements": ("ms/query", true),
+            "sqlite.insert": ("events/s", true), "ingest.sqlite": ("events/s", true), "readmodel.fold": ("events/s", false),
+            "api.placements": ("ms/query", true),
         ]
         var seen: Set<String> = []
         for item in items {

@@ -34,6 +34,7 @@ struct ConfigCommandTests {
         (#"{ simulate: { strategies: [ { name: "x", atPaywall: { loadTimeout: "five" } } ] } }"#, #"$.simulate.strategies[0].atPaywall.loadTimeout: expected"#),
         (#"{ server: "#, #"$.server (line 1, column 11): unexpected end of input"#),
         (#"{ server: { shutdownTimeout: 0 } }"#, #"$.server.shutdownTimeout: expected a number > 0"#),
+        (#"{ server: { limits: { ingestQueueLimit: 65537 } } }"#, #"$.server.limits.ingestQueueLimit: expected a whole number from 1 to 65536"#),
         (#"{ server: { bind: "999.1.1.1" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
         (#"{ server: { bind: "example.com" } }"#, #"$.server.bind: expected an IPv4 or IPv6 address or localhost"#),
         (#"{ server: { bind: "::ffff:127.0.0.1" } }"#, #"$.server.bind: "::ffff:127.0.0.1" is an IPv4 address in IPv6 form, which an IPv6-only socket cannot listen on; write 127.0.0.1"#),

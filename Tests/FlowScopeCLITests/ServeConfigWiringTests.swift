@@ -47,6 +47,34 @@ struct ServeConfigWiringTests {
         #expect(try fixture.getJSON("/api/events")["events"]?.arrayValue?.count == 1)
     }
 
+    @Test("server.limits.ingestQueueLimit bounds an ingest batch: a batch larger than it is refused with 413 naming the key, nothing stored")
+    func ingestQueueLimit() throws {
+        let fixture = try StackFixture(server: "limits: { ingestQueueLimit: 5 }")
+        let five = Events.lines((0..<5).map { Events.envelope("cache.miss", placement: "p\($0)") })
+        #expect(try fixture.ingest(five).status == 202)
+        let six = Events.lines((0..<6).map { Events.envelope("cache.miss", placement: "q\($0)") })
+        let refused = try fixture.ingest(six)
+        #expect(refused.status == 413)
+        #expect(refused.json["error"]?["message"]?.stringValue?.contains("server.limits.ingestQueueLimit") == true, "\(refused.text)")
+        #expect(try fixture.getJSON("/api/events")["events"]?.arrayValue?.count == 5)
+        #expect(fixture.stack.pipeline.stats().filter(\.durable).isEmpty, "metrics and memory are not durable")
+    }
+
+    @Test("the sinks that keep events beyond the process say they are durable in /api/sinks; metrics, memory and console do not")
+    func durableSinks() throws {
+        let fixture = try StackFixture(sinks: """
+            { type: "metrics" }, { type: "memory" }, { type: "console", enabled: true },
+            { type: "sqlite", path: "$DIR/events.sqlite" }, { type: "jsonl", path: "$DIR/events.jsonl" },
+            { type: "otlp", endpoint: "http://127.0.0.1:9/v1/traces" }, { type: "exec", command: ["sh", "-c", "cat > /dev/null"] }
+            """)
+        defer { fixture.stop() }
+        let sinks = try fixture.getJSON("/api/sinks")["sinks"]?.arrayValue ?? []
+        var durable: [String: Bool] = [:]
+        for sink in sinks { durable[sink["type"]?.stringValue ?? ""] = sink["durable"]?.boolValue }
+        #expect(durable == ["metrics": false, "memory": false, "console": false, "sqlite": true, "jsonl": true, "otlp": true, "exec": true])
+        #expect(sinks.allSatisfy { $0["saturated"] == false })
+    }
+
     @Test("bound beyond loopback, every endpoint but /healthz needs the token")
     func tokenEverywhereOffLoopback() throws {
         let fixture = try StackFixture(server: "bind: \"0.0.0.0\"")

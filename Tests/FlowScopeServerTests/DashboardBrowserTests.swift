@@ -1,6 +1,7 @@
 import TestSupport
 import Foundation
 import FlowEvents
+import FlowFetch
 import FlowJSON
 @testable import FlowScopeServer
 import MemorySink
@@ -75,6 +76,39 @@ struct DashboardBrowserTests {
         let alert = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"sink-alert\""))
         #expect(!alert.prefix { $0 != ">" }.contains(" hidden"), "\(alert)")
         #expect(alert.contains("Sink archive (otlp) is down: 127.0.0.1:4318: connection refused"), "\(alert)")
+    }
+
+    @Test("a saturated durable sink is named in the banner, with its queue and that ingest is refused until it catches up")
+    func sinkSaturated() throws {
+        guard let chromium = Chromium.executable() else {
+            Issue.record("chromium not found on PATH (chromium, chromium-browser, google-chrome) nor in FLOWSCOPE_CHROMIUM: install it (`apt-get install chromium`, as `make test` does)")
+            return
+        }
+        let stack = try DashboardStack(extraSinks: [DurableArchive()])
+        _ = try stack.ingest(DemoCalls.sample(run: "live"))
+        try stack.waitForFetches(placement: "main_paywall", count: 2)
+        // Keep the archive saturated while the page loads: a batch it has no room for (limit 0), every 100 ms.
+        final class Flag: Sendable { let done = Atomic<Bool>(false) }
+        let flag = Flag()
+        let pipeline = stack.pipeline
+        let refuser = Thread {
+            let batch = [Envelope(EngineEvent(name: .cacheMiss, t: 0, placement: "p", trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)),
+                                  seq: 0, ts: 1, run: "live")]
+            while !flag.done.load(ordering: .relaxed) {
+                _ = pipeline.ingest(batch, ifRoomWithin: 0)
+                usleep(100_000)
+            }
+        }
+        refuser.start()
+        defer { flag.done.store(true, ordering: .relaxed) }
+        let deadline = Date().addingTimeInterval(5)
+        while stack.pipeline.stats().first(where: { $0.sink == "archive" })?.saturated != true && Date() < deadline { usleep(10_000) }
+        #expect(stack.pipeline.stats().first { $0.sink == "archive" }?.saturated == true)
+        let dom = try chromium.dumpDOM(url: "\(stack.baseURL)/?stream=off")
+        let alert = try #require(HTMLSlice.element(in: dom, startingWith: "<div id=\"sink-alert\""))
+        #expect(!alert.prefix { $0 != ">" }.contains(" hidden"), "\(alert)")
+        #expect(alert.contains("Sink archive (sqlite) is saturated: it cannot keep up (0 of 65536 queued, 0 events lost). Ingest is refused with 503 until it catches up."), "\(alert)")
+        #expect(!alert.contains("Sink memory"), "the sinks that keep up are not named: \(alert)")
     }
 
     @Test("a simulation run with a sweep shows a chart per placement as the --out report does: percent ticks on a fitted range, a legend per strategy in its line's colour, the recommended point ringed; no call panels, Calls filter bar or Pause")
@@ -291,6 +325,14 @@ final class FailingArchive: EventSink {
         recorder.dropped(batch.count)
     }
     var health: SinkHealth { recorder.current }
+}
+
+/// A durable sink that keeps up (it stores nothing): the test makes its queue refuse an ingest batch.
+final class DurableArchive: EventSink {
+    let name = "archive"
+    var type: String { "sqlite" }
+    var isDurable: Bool { true }
+    func consume(_ batch: [Envelope]) {}
 }
 
 // MARK: - The server stack

@@ -224,6 +224,45 @@ struct FlowTraceTests {
                 == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(empty.port)/api/ingest: the server answered 401")
     }
 
+    @Test("a batch refused with 503 is sent again after the wait the server asks, and arrives once")
+    func attachRetriesRefusedBatch() async throws {
+        let answered = Atomic<Int>(0)
+        let server = try LoopbackServer { _ in
+            // The first two answers refuse, as serve does while a durable sink is behind.
+            if answered.add(1, ordering: .relaxed).newValue <= 2 {
+                return .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sink sqlite is behind; nothing of this batch was stored; retry after 1 s","retryAfter":1}}"#.utf8))
+            }
+            return .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8))
+        }
+        defer { server.stop() }
+        let recorder = FlowTraceRecorder(name: "attach retry", environment: ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(server.port)"])
+        for i in 0..<3 {
+            recorder.record(EngineEvent(name: .fetchStart, t: Double(i), placement: "main", trace: TraceID(high: 1, low: 1), span: SpanID(raw: UInt64(i + 1))))
+        }
+        let start = Date()
+        await recorder.finish()
+        #expect(recorder.attachFailure == nil)
+        #expect(Date().timeIntervalSince(start) >= 1.9, "waited Retry-After (1 s) twice")
+        let posts = server.requests
+        #expect(posts.count == 3)
+        #expect(posts.allSatisfy { $0.body == posts[0].body }, "the same batch each time")
+        #expect(String(decoding: posts[0].body, as: UTF8.self).split(separator: "\n").count == 3)
+    }
+
+    @Test("a batch still refused after FLOWSCOPE_ATTACH_RETRY seconds is given up and reported with how many events were not delivered")
+    func attachGivesUpAndReports() async throws {
+        let server = try LoopbackServer { _ in
+            .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sink sqlite is behind; nothing of this batch was stored; retry after 1 s","retryAfter":1}}"#.utf8))
+        }
+        defer { server.stop() }
+        let start = Date()
+        let failure = await Self.attachFailure("http://127.0.0.1:\(server.port)", ["FLOWSCOPE_ATTACH_RETRY": "2"])
+        #expect(Date().timeIntervalSince(start) < 10)
+        #expect(failure == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(server.port)/api/ingest: the server refused a batch 3 times in 2 s "
+                + "(503: sink sqlite is behind; nothing of this batch was stored; retry after 1 s); 1 event not delivered (FLOWSCOPE_ATTACH_RETRY=2)")
+        #expect(server.requests.count == 3)
+    }
+
     @Test("a FLOWSCOPE_ATTACH without a scheme is reported as expecting what is accepted: http:// or https://")
     func attachBadURL() async throws {
         #expect(await Self.attachFailure("localhost:18446") == "FLOWSCOPE_ATTACH=localhost:18446: expected http://host:port or https://host:port")

@@ -57,7 +57,7 @@ export function runs() {
   return getJSON('api/runs');
 }
 
-/** GET /api/sinks: {sinks: [{name, type, up, consumed, dropped, errors, lastError, queueDepth, capacity}]}. */
+/** GET /api/sinks: {sinks: [{name, type, up, saturated, durable, consumed, dropped, errors, lastError, queueDepth, capacity}]}. */
 export function sinks() {
   return getJSON('api/sinks');
 }

@@ -93,6 +93,8 @@ public final class ExecSink: EventSink {
 
     /// `exec`.
     public var type: String { Self.type }
+    /// Durable: ingest is accepted only while this sink's queue has room (``EventSink/isDurable``).
+    public var isDurable: Bool { true }
 
     /// Up while a program runs (or before the first has been started); errors count failed
     /// starts and restarts after an exit; dropped counts lost envelopes.

@@ -100,6 +100,8 @@ public final class JSONLinesSink: EventSink {
     public var lastError: String? { file.withLock { $0.lastError } }
     /// `jsonl`.
     public var type: String { Self.type }
+    /// Durable: ingest is accepted only while this sink's queue has room (``EventSink/isDurable``).
+    public var isDurable: Bool { true }
     /// Down from a failed write, open, fsync or rotation until the next write that works; dropped
     /// counts the lines that never reached the file.
     public var health: SinkHealth {

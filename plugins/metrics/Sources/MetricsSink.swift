@@ -104,6 +104,7 @@ public final class MetricsSink: EventSink, MetricsExposing {
     let sinkConsumed: CounterFamily
     let sinkErrors: CounterFamily
     let sinkUp: GaugeFamily
+    let sinkSaturated: GaugeFamily
     /// `flowscope_events_total{name}`, one pre-created series per event name.
     let eventCounters: [EventName: Counter]
     /// Series already looked up, by family and raw label values (see `SeriesHandles`).
@@ -156,6 +157,9 @@ public final class MetricsSink: EventSink, MetricsExposing {
                                    labels: ["sink"], valueLimits: ["sink": a])
         sinkUp = try r.gauge("flowscope_sink_up", help: "1 while a sink works, 0 while its last write or export failed.",
                              labels: ["sink"], valueLimits: ["sink": a])
+        sinkSaturated = try r.gauge("flowscope_sink_saturated",
+                                    help: "1 while a sink cannot keep up: its queue overflowed or refused an ingest batch in the last 5 s.",
+                                    labels: ["sink"], valueLimits: ["sink": a])
         let buildInfo = try r.gauge("flowscope_build_info", help: "FlowScope build; the value is always 1.", labels: ["version"])
         buildInfo.labels(version).set(1)
     }
@@ -197,13 +201,14 @@ public final class MetricsSink: EventSink, MetricsExposing {
     /// metrics.collectSinkStats(from: pipeline)
     /// ```
     public func collectSinkStats(_ stats: @escaping @Sendable () -> [SinkStats]) {
-        registry.collectBeforeRender { [sinkDropped, sinkQueueDepth, sinkConsumed, sinkErrors, sinkUp] in
+        registry.collectBeforeRender { [sinkDropped, sinkQueueDepth, sinkConsumed, sinkErrors, sinkUp, sinkSaturated] in
             for s in stats() {
                 sinkDropped.labels(s.sink).mirror(s.dropped)
                 sinkConsumed.labels(s.sink).mirror(s.consumed)
                 sinkErrors.labels(s.sink).mirror(s.errors)
                 sinkQueueDepth.labels(s.sink).set(Double(s.queueDepth))
                 sinkUp.labels(s.sink).set(s.up ? 1 : 0)
+                sinkSaturated.labels(s.sink).set(s.saturated ? 1 : 0)
             }
         }
     }

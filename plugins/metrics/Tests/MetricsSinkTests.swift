@@ -74,7 +74,7 @@ struct MetricsSinkTests {
         let depth = Atomic<Int>(3)
         sink.collectSinkStats {
             [SinkStats(sink: "jsonl", type: "jsonl", queueDepth: 12, capacity: 100, dropped: 10, consumed: 40, batches: 2,
-                       up: false, errors: 2, lastError: "disk full"),
+                       up: false, errors: 2, lastError: "disk full", saturated: true, durable: true),
              SinkStats(sink: "memory", queueDepth: depth.load(ordering: .relaxed), capacity: 100, dropped: 0, consumed: 50, batches: 3)]
         }
         _ = sink.render()
@@ -136,6 +136,9 @@ struct MetricsSinkTests {
         #expect(samples(all, named: "flowscope_sink_up") == [
             #"flowscope_sink_up{sink="jsonl"}"#: "0", #"flowscope_sink_up{sink="memory"}"#: "1",
         ])
+        #expect(samples(all, named: "flowscope_sink_saturated") == [
+            #"flowscope_sink_saturated{sink="jsonl"}"#: "1", #"flowscope_sink_saturated{sink="memory"}"#: "0",
+        ])
         #expect(samples(all, named: "flowscope_build_info") == [#"flowscope_build_info{version="1.2.3"}"#: "1"])
 
         // events_total: one series per event name of the spec, counting exactly what was consumed.
@@ -148,7 +151,7 @@ struct MetricsSinkTests {
         #expect(all[#"flowscope_events_total{name="fetch.end"}"#] == "3")
     }
 
-    @Test("The sink registers exactly the spec's seventeen families, each with HELP and TYPE")
+    @Test("The sink registers exactly the spec's seventeen families and the saturation gauge, each with HELP and TYPE")
     func familiesOfTheSpec() throws {
         let sink = try MetricsSink(version: "0.1.0")
         let families = sink.registry.families.map { "\($0.name) \($0.kind.rawValue) \($0.labelNames.joined(separator: ","))" }
@@ -167,6 +170,7 @@ struct MetricsSinkTests {
             "flowscope_sink_consumed_total counter sink",
             "flowscope_sink_errors_total counter sink",
             "flowscope_sink_queue_depth gauge sink",
+            "flowscope_sink_saturated gauge sink",
             "flowscope_sink_up gauge sink",
             "flowscope_targeting_lost_total counter placement",
             "flowscope_timeouts_total counter placement,stage",

@@ -55,7 +55,8 @@ struct PromtoolTests {
         let sink = try MetricsSink(version: "1.0.0-test")
         sink.consume(realisticStream().envelopes)
         sink.collectSinkStats {
-            [SinkStats(sink: "jsonl", queueDepth: 4, capacity: 10, dropped: 1, consumed: 9, batches: 1, up: false, errors: 1)]
+            [SinkStats(sink: "jsonl", queueDepth: 4, capacity: 10, dropped: 1, consumed: 9, batches: 1, up: false, errors: 1,
+                       saturated: true, durable: true)]
         }
         let body = sink.render(format: .prometheusText)
         let result = try promtoolCheck(body)

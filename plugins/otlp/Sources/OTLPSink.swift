@@ -176,6 +176,8 @@ public final class OTLPSink: EventSink {
     public let name: String
     /// `otlp`.
     public var type: String { Self.type }
+    /// Durable: ingest is accepted only while this sink's queue has room (``EventSink/isDurable``).
+    public var isDurable: Bool { true }
     /// The options the sink was created with.
     public let options: Options
     private let exporter: OTLPExporter

@@ -126,6 +126,8 @@ public final class SQLiteSink: EventSink {
     public let name: String
     /// `sqlite`.
     public var type: String { Self.type }
+    /// Durable: ingest is accepted only while this sink's queue has room (``EventSink/isDurable``).
+    public var isDurable: Bool { true }
     /// The options the sink was opened with.
     public let options: Options
     /// The database file.
