@@ -90,7 +90,7 @@ let package = Package(
             "FlowScopeTesting", "FlowScopeTools", "FlowScopeStubBackend", "FlowTLS", "FlowFetch", "FlowSim", "FlowJSON", "TestSupport",
         ]),
         // Reads the package graph: the libraries apps link pull in no system library.
-        .testTarget(name: "PackageGraphTests", dependencies: ["FlowJSON"]),
+        .testTarget(name: "PackageGraphTests", dependencies: ["FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowScopeCLITests", dependencies: ["FlowScopeCLI", "FlowEvents", "FlowScopeStubBackend", "FlowJSON", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// `make test` ends with scripts/leftover-processes.sh: any process still carrying the run's
@@ -7,16 +8,7 @@ import Testing
 struct LeftoverProcessTests {
     /// Runs the script for `id`; its exit status and what it printed.
     static func check(_ id: String) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["bash", PackageGraphTests.packageRoot + "/scripts/leftover-processes.sh", id]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runProgram("/usr/bin/env", ["bash", PackageGraphTests.packageRoot + "/scripts/leftover-processes.sh", id])
     }
 
     @Test("a process left with the run's id fails the check, is named and is ended; none left passes")

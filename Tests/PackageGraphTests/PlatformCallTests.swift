@@ -1,5 +1,6 @@
 import FlowJSON
 import Foundation
+import TestSupport
 import Testing
 
 /// The libraries apps link (FlowFetch, FlowEvents, FlowScopeTesting and the modules they pull in)
@@ -332,16 +333,9 @@ struct PlatformCallTests {
 
     /// Symbols an object file uses from elsewhere (`nm -u`).
     static func undefinedSymbols(_ object: String) throws -> [String] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["nm", "-u", "--format=just-symbols", object]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "nm -u \(object) failed")
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+        let nm = try runProgram("/usr/bin/env", ["nm", "-u", "--format=just-symbols", object])
+        try #require(nm.status == 0, "nm -u \(object) failed: \(nm.output)")
+        return nm.output.split(separator: "\n").map(String.init)
     }
 
     /// Symbols the compiler and the Swift runtime bring in by themselves (copies, allocation, stack
@@ -442,17 +436,10 @@ struct PublicWorkflowTests {
 struct RepositoryPathTests {
     /// Every path the repository holds (files and the folders above them), from `git ls-files`.
     static func repositoryPaths() throws -> [String] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["git", "-C", PackageGraphTests.packageRoot, "ls-files", "-z"]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "git ls-files failed in \(PackageGraphTests.packageRoot)")
+        let git = try runProgram("/usr/bin/env", ["git", "-C", PackageGraphTests.packageRoot, "ls-files", "-z"])
+        try #require(git.status == 0, "git ls-files failed in \(PackageGraphTests.packageRoot): \(git.output)")
         var paths = Set<String>()
-        for file in data.split(separator: 0).map({ String(decoding: $0, as: UTF8.self) }) {
+        for file in git.output.split(separator: "\0").map(String.init) {
             var parts = file.split(separator: "/").map(String.init)
             while !parts.isEmpty { paths.insert(parts.joined(separator: "/")); parts.removeLast() }
         }
