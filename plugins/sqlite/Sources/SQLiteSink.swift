@@ -58,6 +58,9 @@ public final class SQLiteSink: EventSink {
         public var retention: Double?
         /// Most rows per transaction: larger consumed batches are split.
         public var batchSize: Int
+        /// Most events kept: a retention pass deletes the oldest beyond it (events that share the
+        /// oldest kept event's `ts` stay too); nil keeps any number.
+        public var maxEvents: Int?
         /// Least time between two retention passes, seconds.
         public var retentionInterval: Double
         /// Most seconds a write waits for another process holding the file's write lock; past it
@@ -65,20 +68,20 @@ public final class SQLiteSink: EventSink {
         public var busyTimeout: Double
 
         /// Options with the given values.
-        public init(path: String, retention: Double? = nil, batchSize: Int = 1000, retentionInterval: Double = 60,
+        public init(path: String, retention: Double? = nil, maxEvents: Int? = nil, batchSize: Int = 1000, retentionInterval: Double = 60,
                     busyTimeout: Double = 5) {
-            self.path = path; self.retention = retention; self.batchSize = batchSize; self.retentionInterval = retentionInterval
-            self.busyTimeout = busyTimeout
+            self.path = path; self.retention = retention; self.maxEvents = maxEvents; self.batchSize = batchSize
+            self.retentionInterval = retentionInterval; self.busyTimeout = busyTimeout
         }
 
         /// Reads the options from a sink's config object at JSON path `path` (e.g. `$.sinks[1]`):
-        /// `path` (string, default `<stateDirectory>/events.sqlite`), `retention` (seconds), `batchSize`,
+        /// `path` (string, default `<stateDirectory>/events.sqlite`), `retention` (seconds), `maxEvents`, `batchSize`,
         /// `retentionInterval`, `busyTimeout` (seconds).
         /// `type` and `enabled` belong to the config loader and are ignored; any other key is an
         /// error naming its JSON path.
         public init(json: [String: JSONValue], path: String = "$", stateDirectory: String = ".flowscope") throws(JSONInputError) {
             let object = JSONObjectCursor(path: path, members: json)
-            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "batchSize", "retentionInterval", "busyTimeout"])
+            try object.rejectUnknownKeys(allowed: ["type", "enabled", "path", "retention", "maxEvents", "batchSize", "retentionInterval", "busyTimeout"])
             var filePath = stateDirectory + "/events.sqlite"
             if let file = object.optional("path") {
                 guard let given = file.value.stringValue, !given.isEmpty else {
@@ -92,6 +95,12 @@ public final class SQLiteSink: EventSink {
                     throw value.expected("a positive number of seconds")
                 }
                 retention = seconds
+            }
+            if let value = object.optional("maxEvents"), !value.isNull {
+                guard let n = value.value.intValue, n > 0 else {
+                    throw value.expected("a positive integer (the most events kept)")
+                }
+                maxEvents = n
             }
             if let value = object.optional("batchSize") {
                 guard let n = value.value.intValue, n > 0 else {
@@ -345,12 +354,12 @@ public final class SQLiteSink: EventSink {
                 }
                 start = end
             }
-            if let retention = options.retention {
+            if options.retention != nil || options.maxEvents != nil {
                 let current = now()
                 if current - w.lastRetention >= options.retentionInterval {
                     w.lastRetention = current
                     do throws(SQLiteSinkError) {
-                        deleted += try Self.deleteOlder(than: current - retention, with: w)
+                        deleted += try Self.retentionPass(options, now: current, with: w)
                     } catch {
                         errors += 1
                         lastError = error
@@ -458,16 +467,37 @@ public final class SQLiteSink: EventSink {
         }
     }
 
-    /// Deletes the events older than the retention now, whatever the interval; returns how many.
-    /// Does nothing (returns 0) without a retention.
+    /// One retention pass: the events older than `retention`, then the oldest beyond `maxEvents`.
+    private static func retentionPass(_ options: Options, now: Double, with w: Writer) throws(SQLiteSinkError) -> Int {
+        var deleted = 0
+        if let retention = options.retention { deleted += try deleteOlder(than: now - retention, with: w) }
+        if let cap = options.maxEvents, let cutoff = try oldestKept(keeping: cap, with: w) { deleted += try deleteOlder(than: cutoff, with: w) }
+        return deleted
+    }
+
+    /// The `ts` of the `cap`-th newest event when the store holds more than `cap` (read from the
+    /// `runs` totals, then through the `ts` index), else nil.
+    private static func oldestKept(keeping cap: Int, with w: Writer) throws(SQLiteSinkError) -> Double? {
+        let db = w.connection
+        let total = try db.prepare("SELECT coalesce(sum(events), 0) FROM runs")
+        guard sqlite3_step(total.raw) == SQLITE_ROW, total.int64(0) > Int64(cap) else { return nil }
+        let nth = try db.prepare("SELECT ts FROM events INDEXED BY events_ts ORDER BY ts DESC LIMIT 1 OFFSET ?1")
+        nth.bind(1, Int64(cap - 1))
+        guard sqlite3_step(nth.raw) == SQLITE_ROW else { return nil }
+        return nth.double(0)
+    }
+
+    /// Runs a retention pass now (`retention`, then `maxEvents`), whatever the interval; returns how
+    /// many events it deleted. Does nothing (returns 0) without either.
     @discardableResult
     public func applyRetention() throws(SQLiteSinkError) -> Int {
-        guard let retention = options.retention else { return 0 }
+        guard options.retention != nil || options.maxEvents != nil else { return 0 }
         let current = now()
+        let options = self.options
         let deleted = try writer.withLock { (slot: inout Writer?) throws(SQLiteSinkError) -> Int in
             guard slot != nil else { throw closedError }
             slot?.lastRetention = current
-            return try Self.deleteOlder(than: current - retention, with: slot!)
+            return try Self.retentionPass(options, now: current, with: slot!)
         }
         counters.withLock { $0.deleted += deleted }
         return deleted

@@ -100,6 +100,37 @@ struct SQLiteSinkTests {
         #expect(try sink.written().map(\.seq) == [7])
     }
 
+    @Test("maxEvents keeps the newest events at each retention pass, runs' totals following; with a window, both apply")
+    func maxEventsCapsTheStore() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let clock = ManualClock(10_000)
+        let sink = try SQLiteSink(options: .init(path: dir + "/events.db", maxEvents: 3, retentionInterval: 60), now: { clock.now })
+        sink.consume((1...5).map { envelope(UInt64($0), ts: 9_000 + Double($0)) })
+        #expect(try sink.written().map(\.seq) == [3, 4, 5])
+        #expect(sink.deletedCount == 2)
+        #expect(sink.runSummaries().reduce(0) { $0 + $1.events } == 3, "the runs table follows")
+        // Not due yet: the store may hold more until the next pass.
+        sink.consume([envelope(6, ts: 9_006)])
+        #expect(try sink.written().map(\.seq) == [3, 4, 5, 6])
+        clock.set(10_061)
+        sink.consume([envelope(7, ts: 9_007)])
+        #expect(try sink.written().map(\.seq) == [5, 6, 7])
+        // An explicit pass ignores the interval; events sharing the oldest kept event's time stay with it.
+        sink.consume([envelope(8, ts: 9_006)])
+        #expect(try sink.applyRetention() == 1)
+        #expect(try sink.written().map(\.seq) == [6, 7, 8])
+        sink.consume([envelope(9, ts: 9_006)])
+        #expect(try sink.applyRetention() == 0)
+        #expect(try sink.written().map(\.seq) == [6, 7, 8, 9])
+
+        // retention and maxEvents together: the window first, then the cap.
+        let both = try SQLiteSink(options: .init(path: dir + "/both.db", retention: 100, maxEvents: 2, retentionInterval: 60), now: { clock.now })
+        both.consume([envelope(1, ts: 9_000), envelope(2, ts: 10_000), envelope(3, ts: 10_010), envelope(4, ts: 10_020)])
+        #expect(try both.written().map(\.seq) == [3, 4])
+        #expect(both.deletedCount == 2)
+    }
+
     @Test("queries filter by run, placement, name and since, newest last")
     func queries() throws {
         let dir = temporaryDirectory()
@@ -293,6 +324,10 @@ struct SQLiteSinkTests {
         #expect { try SQLiteSink.Options(json: ["path": "x.db", "retention": "7d"], path: "$.sinks[0]") } throws: {
             ($0 as? JSONInputError)?.path == "$.sinks[0].retention" && "\($0)".contains("got a string \"7d\"")
         }
+        #expect(try SQLiteSink.Options(json: ["path": "x.db", "maxEvents": 1_000_000], path: "$.sinks[0]").maxEvents == 1_000_000)
+        #expect { try SQLiteSink.Options(json: ["path": "x.db", "maxEvents": 0], path: "$.sinks[0]") } throws: {
+            ($0 as? JSONInputError)?.path == "$.sinks[0].maxEvents" && "\($0)".contains("a positive integer")
+        }
         #expect { try SQLiteSink.Options(json: ["path": "x.db", "retension": 5], path: "$.sinks[0]") } throws: {
             ($0 as? JSONInputError)?.path == "$.sinks[0].retension"
         }
@@ -308,6 +343,7 @@ struct SQLiteSinkTests {
         let options = try SQLiteSink.Options(json: try #require(sinks[index].objectValue), path: "$.sinks[\(index)]", stateDirectory: "/state")
         #expect(options.path == (sinks[index]["path"]?.stringValue ?? "/state/events.sqlite"))
         #expect(options.retention == sinks[index]["retention"]?.numberValue)
+        #expect(options.maxEvents == sinks[index]["maxEvents"]?.intValue)
     }
 
     @Test("the plain-SQLite baseline stores the same rows")
