@@ -57,17 +57,7 @@ public struct Response: Sendable {
     public enum Body: Sendable {
         /// Fixed bytes.
         case bytes([UInt8])
-        /// 503 with `Retry-After` in whole seconds (at least 1), also given in the body as
-    /// `{"error":{"status":503,"message":...,"retryAfter":N}}` for clients that cannot read headers.
-    public static func serviceUnavailable(retryAfter seconds: Int, _ message: String) -> Response {
-        let whole = max(1, seconds)
-        var response = Response.json(["error": ["status": 503, "message": .string(message + "; retry after \(whole) s"),
-                                                "retryAfter": .number(Double(whole))]], status: 503)
-        response.headers.append(("Retry-After", String(whole)))
-        return response
-    }
-
-    /// A Server-Sent Events stream from `hub`, kept open until the client leaves or the server stops.
+        /// A Server-Sent Events stream from `hub`, kept open until the client leaves or the server stops.
         case eventStream(SSEHub)
     }
 
