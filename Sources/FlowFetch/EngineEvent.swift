@@ -82,6 +82,12 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
     public static func random() -> SessionID {
         SessionID(raw: UInt64.random(in: 1...UInt64.max))
     }
+    /// A session id derived from a seed (a seeded run's random stream): the same seed always gives
+    /// the same id, so virtual-time runs stay deterministic.
+    public init(seed: UInt64) {
+        let v = mix64(seed ^ 0x5E55_1011_D5EE_D5E5)
+        raw = v == 0 ? 1 : v
+    }
     /// A session id derived from a name (a test, a scenario, a simulated session number): the same
     /// name always gives the same id, so virtual-time runs stay deterministic.
     public init(deriving name: String) {
