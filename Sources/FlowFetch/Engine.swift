@@ -107,7 +107,8 @@ public final class FlowEngine: CacheView {
         self.configuration = configuration
         self.requestTimeout = EngineTime(seconds: configuration.requestTimeout)
         self.profile = profile
-        self.profileTag = ProfileTag.tag(for: profile.id, plain: configuration.plainProfileIDs)
+        // Hashed only when a sink listens (the strategy lab plays many sessions without one).
+        self.profileTag = events == nil ? nil : ProfileTag.tag(for: profile.id, plain: configuration.plainProfileIDs)
         self.flowCache = flowCache
         self.layouts = layouts
         self.host = host
@@ -129,7 +130,7 @@ public final class FlowEngine: CacheView {
             requestTimeout = EngineTime(seconds: configuration.requestTimeout)
         }
         self.profile = profile
-        profileTag = ProfileTag.tag(for: profile.id, plain: self.configuration.plainProfileIDs)
+        profileTag = reportsEvents ? ProfileTag.tag(for: profile.id, plain: self.configuration.plainProfileIDs) : nil
         flowCache.removeMemory()
         calls.removeAll()
         requestOwners.removeAll()
@@ -239,7 +240,7 @@ public final class FlowEngine: CacheView {
         let old = profile.id
         interruptAll(FlowError(.profileWasChanged, "profile changed from \(old) to \(profileId)"), now: now)
         profile = Profile(id: profileId)
-        profileTag = ProfileTag.tag(for: profileId, plain: configuration.plainProfileIDs)
+        profileTag = reportsEvents ? ProfileTag.tag(for: profileId, plain: configuration.plainProfileIDs) : nil
         flowCache.retainOnly(profileId: profileId)
         let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: requestTimeout)),
                          now: now, reported: false, first: { engine, trace in

@@ -88,14 +88,6 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
         let v = mix64(seed ^ 0x5E55_1011_D5EE_D5E5)
         raw = v == 0 ? 1 : v
     }
-    /// A session id derived from a name (a test, a scenario, a simulated session number): the same
-    /// name always gives the same id, so virtual-time runs stay deterministic.
-    public init(deriving name: String) {
-        let digest = Digest.sha256(Array(name.utf8))
-        var v: UInt64 = 0
-        for byte in digest.prefix(8) { v = v << 8 | UInt64(byte) }
-        raw = v == 0 ? 1 : v
-    }
     public var hex: String { hex16(raw) }
     public var description: String { hex }
 }

@@ -51,14 +51,15 @@ struct SessionTests {
         #expect(list.allSatisfy { $0.profile == "user-42" && $0.session == client.session })
     }
 
-    @Test("session ids are 16 lowercase hex characters, never zero; a derived one is the same for the same name")
+    @Test("session ids are 16 lowercase hex characters, never zero; a seeded one is the same for the same seed")
     func sessionIDs() {
         let id = SessionID.random()
         #expect(id.raw != 0)
         #expect(SessionID(hex: id.hex) == id)
         #expect(id.hex.utf8.count == 16 && id.hex == id.hex.lowercased())
         #expect(SessionID(hex: "0000000000000000") == nil)
-        #expect(SessionID(deriving: "test-a") == SessionID(deriving: "test-a"))
-        #expect(SessionID(deriving: "test-a") != SessionID(deriving: "test-b"))
+        #expect(SessionID(seed: 7) == SessionID(seed: 7))
+        #expect(SessionID(seed: 7) != SessionID(seed: 8))
+        #expect(SessionID(seed: 7).raw != 0)
     }
 }
