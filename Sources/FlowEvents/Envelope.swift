@@ -19,15 +19,22 @@ public struct Envelope: Sendable {
     public var span: SpanID { get { event.span } set { event.span = newValue } }
     public var name: EventName { get { event.name } set { event.name = newValue } }
     public var placement: String? { get { event.placement } set { event.placement = newValue } }
+    /// The client session (optional): written as `session`, 16 lowercase hex characters.
+    public var session: SessionID? { get { event.session } set { event.session = newValue } }
+    /// The profile (optional): its id hashed (16 lowercase hex characters), or plain when the app
+    /// opted in (1 to ``ProfileTag/maxPlainBytes`` bytes).
+    public var profile: String? { get { event.profile } set { event.profile = newValue } }
     public var attrs: EventAttributes {
         get { event.attrs }
         _modify { yield &event.attrs }
     }
 
     public init(seq: UInt64, ts: Double, t: Double, run: String, trace: TraceID, span: SpanID,
-                name: EventName, placement: String?, attrs: EventAttributes) {
+                name: EventName, placement: String?, attrs: EventAttributes,
+                session: SessionID? = nil, profile: String? = nil) {
         self.seq = seq; self.ts = ts; self.run = run
-        event = EngineEvent(name: name, t: t, placement: placement, trace: trace, span: span, attrs: attrs)
+        event = EngineEvent(name: name, t: t, placement: placement, trace: trace, span: span, attrs: attrs,
+                            session: session, profile: profile)
     }
 
     /// Stamps an engine event.
@@ -57,7 +64,16 @@ public struct Envelope: Sendable {
         out += trace.hex
         out += "\",\"span\":\""
         out += span.hex
-        out += "\",\"name\":\""
+        if let session {
+            out += "\",\"session\":\""
+            out += session.hex
+        }
+        out += "\""
+        if let profile {
+            out += ",\"profile\":"
+            JSONWriter.writeString(profile, to: &out)
+        }
+        out += ",\"name\":\""
         out += name.rawValue
         out += "\",\"placement\":"
         if let placement { JSONWriter.writeString(placement, to: &out) } else { out += "null" }
@@ -68,11 +84,14 @@ public struct Envelope: Sendable {
 
     /// The envelope as a JSON value.
     public var jsonValue: JSONValue {
-        [
+        var value: [String: JSONValue] = [
             "seq": .number(Double(seq)), "ts": .string(ISO8601.format(ts)), "t": .number(t), "run": .string(run),
             "trace": .string(trace.hex), "span": .string(span.hex), "name": .string(name.rawValue),
             "placement": placement.map(JSONValue.string) ?? .null, "attrs": attrs.jsonValue,
         ]
+        if let session { value["session"] = .string(session.hex) }
+        if let profile { value["profile"] = .string(profile) }
+        return .object(value)
     }
 }
 

@@ -40,7 +40,18 @@ public struct EnvelopeLineWriter: Sendable {
         out.hexUnchecked(envelope.trace.low)
         out.literal(#"","span":""#)
         out.hexUnchecked(envelope.span.raw)
-        out.literal(#"","name":""#)
+        if let session = envelope.session {
+            out.literal(#"","session":""#)
+            guard out.room(17) else { return nil }
+            out.hexUnchecked(session.raw)
+        }
+        out.byte(UInt8(ascii: "\""))
+        if let profile = envelope.profile {
+            out.literal(#","profile":"#)
+            out.string(profile)
+        }
+        guard out.room(40) else { return nil }
+        out.literal(#","name":""#)
         out.raw(envelope.name.rawValue)
         out.literal(#"","placement":"#)
         if let placement = envelope.placement { out.string(placement) } else { out.literal("null") }

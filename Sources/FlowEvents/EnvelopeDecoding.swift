@@ -41,14 +41,16 @@ extension Envelope {
     }
 
     /// The fields an envelope object may have.
-    public static let jsonKeys: Set<String> = ["seq", "ts", "t", "run", "trace", "span", "name", "placement", "attrs"]
+    public static let jsonKeys: Set<String> = ["seq", "ts", "t", "run", "trace", "span", "session", "profile", "name", "placement", "attrs"]
 
     /// Reads an envelope object as `jsonLine` writes it (events-and-metrics.md), e.g. one line of
     /// a trace file or one element of a `POST /api/ingest` body.
     ///
     /// Required: `ts` (ISO 8601 UTC string, or seconds since 1970), `t`, `run`, `trace`, `span`,
     /// `name` (one of the spec's event names). Optional: `seq` (default 0; the pipeline renumbers
-    /// ingested events anyway), `placement` (string or null), `attrs` (object). Any other key is
+    /// ingested events anyway), `session` (16 lowercase hex characters, not all zero), `profile`
+    /// (a string of 1 to ``ProfileTag/maxPlainBytes`` bytes: the hashed id is 16 lowercase hex
+    /// characters, a plain one any such string), `placement` (string or null), `attrs` (object). Any other key is
     /// an error. Errors name the path, e.g. `$[3].trace: expected 32 lowercase hex characters`.
     public init(jsonValue value: JSONValue, path: String = "$") throws(JSONInputError) {
         guard let object = value.objectValue else {
@@ -103,6 +105,21 @@ extension Envelope {
         guard let span = SpanID(hex: spanText), span.hex == spanText else {
             throw JSONInputError(path: "\(path).span", message: "expected 16 lowercase hex characters, not all zero")
         }
+        var session: SessionID?
+        if let v = object["session"] {
+            guard let text = v.stringValue, let id = SessionID(hex: text), id.hex == text else {
+                throw JSONInputError(path: "\(path).session", message: "expected 16 lowercase hex characters, not all zero, got \(Self.preview(v))")
+            }
+            session = id
+        }
+        var profile: String?
+        if let v = object["profile"] {
+            guard let text = v.stringValue, !text.isEmpty, text.utf8.count <= ProfileTag.maxPlainBytes else {
+                throw JSONInputError(path: "\(path).profile",
+                                     message: "expected a profile id of 1 to \(ProfileTag.maxPlainBytes) bytes (16 lowercase hex characters when hashed), got \(Self.preview(v))")
+            }
+            profile = text
+        }
         let nameText = try string("name")
         guard let name = EventName(rawValue: nameText) else {
             throw JSONInputError(path: "\(path).name", message: "unknown event name \(JSONValue.string(nameText).jsonText)")
@@ -120,7 +137,8 @@ extension Envelope {
             }
             attrs = o
         }
-        self.init(seq: seq, ts: ts, t: t, run: run, trace: trace, span: span, name: name, placement: placement, attrs: EventAttributes(attrs))
+        self.init(seq: seq, ts: ts, t: t, run: run, trace: trace, span: span, name: name, placement: placement, attrs: EventAttributes(attrs),
+                  session: session, profile: profile)
     }
 
     /// Reads a list of envelope objects (a `POST /api/ingest` JSON array); errors name `$[i]...`.

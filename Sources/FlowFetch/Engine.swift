@@ -36,8 +36,13 @@ public final class FlowEngine: CacheView {
         public var fallback: FallbackFile?
         /// Engine time of activation (attribution delays are measured from it).
         public var activatedAt: EngineTime
-        public init(requestTimeout: Double = Budget.defaultRequestTimeout, fallback: FallbackFile? = nil, activatedAt: EngineTime = .zero) {
+        /// Whether events carry the profile id as it is (up to ``ProfileTag/maxPlainBytes`` bytes)
+        /// instead of its hash (the first 16 hex characters of its SHA-256, the default).
+        public var plainProfileIDs: Bool
+        public init(requestTimeout: Double = Budget.defaultRequestTimeout, fallback: FallbackFile? = nil, activatedAt: EngineTime = .zero,
+                    plainProfileIDs: Bool = false) {
             self.requestTimeout = requestTimeout; self.fallback = fallback; self.activatedAt = activatedAt
+            self.plainProfileIDs = plainProfileIDs
         }
     }
 
@@ -49,6 +54,10 @@ public final class FlowEngine: CacheView {
     // Unchecked exclusivity: read on every call; the engine is driven from one thread at a time and
     // no access outlives the statement that makes it.
     @exclusivity(unchecked) public private(set) var profile: Profile
+    /// The client session every event carries (nil: events carry none).
+    @exclusivity(unchecked) public var session: SessionID?
+    /// What events carry as `profile`: the current profile's id hashed, or plain when configured.
+    @exclusivity(unchecked) private var profileTag: String?
     public let flowCache: FlowCache
     public let layouts: LayoutStore
     private unowned let host: EngineHost
@@ -98,6 +107,8 @@ public final class FlowEngine: CacheView {
         self.configuration = configuration
         self.requestTimeout = EngineTime(seconds: configuration.requestTimeout)
         self.profile = profile
+        // Hashed only when a sink listens (the strategy lab plays many sessions without one).
+        self.profileTag = events == nil ? nil : ProfileTag.tag(for: profile.id, plain: configuration.plainProfileIDs)
         self.flowCache = flowCache
         self.layouts = layouts
         self.host = host
@@ -119,6 +130,7 @@ public final class FlowEngine: CacheView {
             requestTimeout = EngineTime(seconds: configuration.requestTimeout)
         }
         self.profile = profile
+        profileTag = reportsEvents ? ProfileTag.tag(for: profile.id, plain: self.configuration.plainProfileIDs) : nil
         flowCache.removeMemory()
         calls.removeAll()
         requestOwners.removeAll()
@@ -228,6 +240,7 @@ public final class FlowEngine: CacheView {
         let old = profile.id
         interruptAll(FlowError(.profileWasChanged, "profile changed from \(old) to \(profileId)"), now: now)
         profile = Profile(id: profileId)
+        profileTag = reportsEvents ? ProfileTag.tag(for: profileId, plain: configuration.plainProfileIDs) : nil
         flowCache.retainOnly(profileId: profileId)
         let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: requestTimeout)),
                          now: now, reported: false, first: { engine, trace in
@@ -587,7 +600,11 @@ public final class FlowEngine: CacheView {
     /// the host does in response, at one hand-over (one lock, one clock read) per input.
     @exclusivity(unchecked) private var pendingEvents: [EngineEvent] = []
 
+    /// Queues an event, stamped with the engine's session and profile.
     private func record(_ event: consuming EngineEvent) {
+        var event = event
+        event.session = session
+        event.profile = profileTag
         pendingEvents.append(event)
     }
 

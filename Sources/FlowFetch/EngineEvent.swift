@@ -68,6 +68,49 @@ public struct SpanID: Hashable, Sendable, CustomStringConvertible {
     public var description: String { hex }
 }
 
+/// A client session: one per `FlowClient` instance, simulated or scenario session, or test
+/// (events-and-metrics.md, Envelope). Written as 16 lowercase hex characters, never all zero.
+public struct SessionID: Hashable, Sendable, CustomStringConvertible {
+    public var raw: UInt64
+    public init(raw: UInt64) { self.raw = raw }
+    /// Parses 16 hex characters; nil for anything else or for the zero id.
+    public init?(hex: String) {
+        guard hex.utf8.count == 16, let v = UInt64(hex, radix: 16), v != 0 else { return nil }
+        raw = v
+    }
+    /// A random session id (the system's random generator), never zero.
+    public static func random() -> SessionID {
+        SessionID(raw: UInt64.random(in: 1...UInt64.max))
+    }
+    /// A session id derived from a seed (a seeded run's random stream): the same seed always gives
+    /// the same id, so virtual-time runs stay deterministic.
+    public init(seed: UInt64) {
+        let v = mix64(seed ^ 0x5E55_1011_D5EE_D5E5)
+        raw = v == 0 ? 1 : v
+    }
+    public var hex: String { hex16(raw) }
+    public var description: String { hex }
+}
+
+/// How an event names its profile (events-and-metrics.md, Envelope).
+public enum ProfileTag {
+    /// The most UTF-8 bytes a plain profile id may have in an envelope; a longer one is written hashed.
+    public static let maxPlainBytes = 128
+
+    /// The first 16 lowercase hex characters of the SHA-256 of `id`'s UTF-8 bytes.
+    public static func hashed(_ id: String) -> String {
+        String(Digest.hex(Digest.sha256(Array(id.utf8))).prefix(16))
+    }
+
+    /// What an event carries for profile `id`: the hashed form, or with `plain` the id itself when
+    /// it is 1 to ``maxPlainBytes`` bytes (the hashed form otherwise); nil for an empty id.
+    public static func tag(for id: String, plain: Bool) -> String? {
+        if id.isEmpty { return nil }
+        if plain, id.utf8.count <= maxPlainBytes { return id }
+        return hashed(id)
+    }
+}
+
 @inline(__always)
 func hex16(_ v: UInt64) -> String {
     let digits: [UInt8] = Array("0123456789abcdef".utf8)
@@ -91,10 +134,15 @@ public struct EngineEvent: Sendable {
     public var span: SpanID
     /// The event's attributes (events-and-metrics.md lists them per name).
     public var attrs: EventAttributes
+    /// The client session that emitted it, if known.
+    public var session: SessionID?
+    /// The profile it concerns: its id hashed (``ProfileTag``), or plain when the app opted in.
+    public var profile: String?
 
     public init(name: EventName, t: Double, placement: consuming String?, trace: TraceID, span: SpanID,
-                attrs: consuming EventAttributes = [:]) {
+                attrs: consuming EventAttributes = [:], session: SessionID? = nil, profile: String? = nil) {
         self.name = name; self.t = t; self.placement = placement; self.trace = trace; self.span = span; self.attrs = attrs
+        self.session = session; self.profile = profile
     }
 }
 

@@ -65,7 +65,9 @@ public final class FlowClient: Sendable {
     private let core: Core
 
     /// A client for `profile`. `disk` is the flow cache's disk layer and `layouts` the layout cache (in
-    /// memory unless given); `events` receives every engine event.
+    /// memory unless given); `events` receives every engine event, each carrying this client's
+    /// ``session`` and the current profile's id hashed (SHA-256, first 16 hex characters), or the
+    /// id as it is when `configuration.plainProfileIDs` is set.
     public init(profile: Profile, backend: FlowBackend, configuration: FlowEngine.Configuration = .init(),
                 disk: sending FlowDiskStore = InMemoryDiskStore(), layouts: sending LayoutStore = InMemoryLayoutStore(),
                 events: EngineEventSink? = nil, clock: EngineClock = SystemClock()) {
@@ -77,6 +79,9 @@ public final class FlowClient: Sendable {
 
     /// The current profile.
     public var profile: Profile { core.profile }
+
+    /// This client's session: random, one per instance, carried by every event it emits.
+    public var session: SessionID { core.session }
 
     /// Fetches the flow for a placement (docs/fetch-rules.md, getFlow).
     public func getFlow(placementId: String, fetchPolicy: FetchPolicy = .reloadRevalidatingCacheData,
@@ -148,6 +153,7 @@ final class Core: Sendable {
     let state: Mutex<State>
     let backend: FlowBackend
     let clock: EngineClock
+    let session = SessionID.random()
 
     init(profile: Profile, backend: FlowBackend, configuration: FlowEngine.Configuration, disk: sending FlowDiskStore,
          layouts: sending LayoutStore, events: EngineEventSink?, clock: EngineClock) {
@@ -156,6 +162,7 @@ final class Core: Sendable {
         let driver = Driver()
         let engine = FlowEngine(configuration: configuration, profile: profile, flowCache: FlowCache(disk: disk),
                                 layouts: layouts, host: driver, events: events, traceIDs: randomTraceID)
+        engine.session = session
         state = Mutex(State(engine: engine, driver: driver))
         state.withLock { $0.driver.core = self }
     }

@@ -18,6 +18,9 @@ public final class FlowTraceRecorder: Sendable {
     public let name: String
     /// Called when an expectation fails, with the message (timeline included) and where it was made.
     public let onFailure: @Sendable (String, SourceLocation) -> Void
+    /// The test's session (random, one per recorder): events that carry no session of their own
+    /// (a `FlowClient` stamps its own) are recorded with it.
+    public let session = SessionID.random()
     private let envelopeStore = Mutex<[Envelope]>([])
     private let traceDirectory: String?
     private let attach: AttachStream?
@@ -40,8 +43,11 @@ public final class FlowTraceRecorder: Sendable {
         }
     }
 
-    /// Records one engine event (stamped with a process-wide seq and the wall clock).
+    /// Records one engine event (stamped with a process-wide seq, the wall clock and, when it has
+    /// none, the test's ``session``).
     public func record(_ event: EngineEvent) {
+        var event = event
+        if event.session == nil { event.session = session }
         let envelope = Envelope(event, seq: FlowTraceRecorder.sequence.add(1, ordering: .relaxed).newValue,
                                 ts: Date().timeIntervalSince1970, run: name)
         envelopeStore.withLock { $0.append(envelope) }
@@ -52,7 +58,7 @@ public final class FlowTraceRecorder: Sendable {
     public var envelopes: [Envelope] { envelopeStore.withLock { $0 } }
     /// Every engine event recorded so far, in order.
     public var events: [EngineEvent] {
-        envelopes.map { EngineEvent(name: $0.name, t: $0.t, placement: $0.placement, trace: $0.trace, span: $0.span, attrs: $0.attrs) }
+        envelopes.map(\.event)
     }
     /// The recorded calls, with their requests and events.
     public var timeline: FlowTimeline { FlowTimeline(events: events) }

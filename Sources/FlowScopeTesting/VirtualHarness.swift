@@ -34,6 +34,8 @@ public actor VirtualHarness: FlowLoading {
         engine = FlowEngine(configuration: .init(requestTimeout: scenario.requestTimeout, fallback: Self.fallback(scenario), activatedAt: 0),
                             profile: profile, flowCache: FlowCache(disk: disk), layouts: InMemoryLayoutStore(), host: host,
                             events: events, traceIDs: { TraceID(high: ids.next() | 1, low: ids.next()) })
+        // The test's session when a recorder is current, else one of its own.
+        engine.session = FlowTrace.current?.session ?? SessionID.random()
         for (source, at) in scenario.profile.attribution where at > 0 {
             host.queue.schedule(.attribution(source), at: EngineTime(seconds: at))
         }

@@ -172,6 +172,9 @@ public final class ScenarioRunner: EngineHost {
         engine = FlowEngine(configuration: .init(requestTimeout: scenario.requestTimeout, fallback: fallback, activatedAt: 0),
                             profile: profile, flowCache: FlowCache(disk: disk), layouts: layouts, host: self,
                             events: collector, traceIDs: traceSource.next)
+        // One session per engine start (a restart is a new app launch), from the run's seeded ids.
+        var forSession = self.ids
+        engine.session = SessionID(seed: forSession.next())
         self.ids = SeededIDs(seed: ids.next())
     }
 

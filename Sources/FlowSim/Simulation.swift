@@ -359,6 +359,8 @@ final class SessionWorld: EngineHost {
                                 traceIDs: { [traces] in traces.next() })
             self.engine = engine
         }
+        // One client session per simulated session, derived from its seed (deterministic).
+        engine.session = SessionID(seed: plan.networkSeed)
 
         if plan.returning {
             for (key, entry) in cacheAtStart(of: plan) {

@@ -17,6 +17,41 @@ struct EnvelopeDecodingTests {
         #expect(abs(back.ts - sample.ts) < 1e-6)
     }
 
+    @Test("session and profile read back as written, and an envelope without them reads back without them")
+    func sessionRoundTrip() throws {
+        var withBoth = sample
+        withBoth.session = SessionID(hex: "0123456789abcdef")
+        withBoth.profile = "a1b2c3d4e5f60718"
+        let back = try Envelope(jsonValue: JSON5.parse(withBoth.jsonLine))
+        #expect(back.session == SessionID(raw: 0x0123_4567_89ab_cdef))
+        #expect(back.profile == "a1b2c3d4e5f60718")
+        #expect(back.jsonLine == withBoth.jsonLine)
+        let without = try Envelope(jsonValue: JSON5.parse(sample.jsonLine))
+        #expect(without.session == nil && without.profile == nil)
+        #expect(without.jsonLine == sample.jsonLine)
+        var plain = sample
+        plain.profile = "user-42"
+        #expect(try Envelope(jsonValue: plain.jsonValue).profile == "user-42")
+    }
+
+    @Test("a bad session or profile is refused, naming $.session or $.profile")
+    func badSessionAndProfile() {
+        func message(_ key: String, _ value: JSONValue) -> String? {
+            var object = sample.jsonValue.objectValue ?? [:]
+            object[key] = value
+            do { _ = try Envelope(jsonValue: .object(object)) } catch { return error.description }
+            return nil
+        }
+        for bad: JSONValue in ["0123456789ABCDEF", "0123456789abcde", "0123456789abcdef0", "0000000000000000", "xyz", 12, .null] {
+            #expect(message("session", bad)?.hasPrefix("$.session: expected 16 lowercase hex characters, not all zero") == true, "\(bad)")
+        }
+        for bad: JSONValue in ["", .string(String(repeating: "p", count: ProfileTag.maxPlainBytes + 1)), 42, .null, ["a"]] {
+            #expect(message("profile", bad)?.hasPrefix("$.profile: expected a profile id of 1 to 128 bytes") == true, "\(bad)")
+        }
+        #expect(message("session", "00000000000000ff") == nil)
+        #expect(message("profile", .string(String(repeating: "p", count: ProfileTag.maxPlainBytes))) == nil)
+    }
+
     @Test("bad fields are errors naming their path")
     func errors() {
         func message(_ edit: (inout [String: JSONValue]) -> Void) -> String? {

@@ -51,6 +51,29 @@ struct EnvelopeWritingTests {
         }
     }
 
+    @Test("session and profile are written after span only when present; without them the line is the one written before they existed")
+    func sessionAndProfileKeys() {
+        var envelope = Envelope(seq: 7, ts: 1_796_206_272.5, t: 1.5, run: "live",
+                                trace: TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")!, span: SpanID(hex: "00f067aa0ba902b7")!,
+                                name: .cacheMiss, placement: nil, attrs: [:])
+        let before = #"{"seq":7,"ts":"2026-12-02T10:11:12.500000Z","t":1.5,"run":"live","trace":"4bf92f3577b34da6a3ce929d0e0e4736","span":"00f067aa0ba902b7","name":"cache.miss","placement":null,"attrs":{}}"#
+        #expect(envelope.jsonLine == before)
+        envelope.session = SessionID(hex: "0123456789abcdef")
+        envelope.profile = "a1b2c3d4e5f60718"
+        let after = #"{"seq":7,"ts":"2026-12-02T10:11:12.500000Z","t":1.5,"run":"live","trace":"4bf92f3577b34da6a3ce929d0e0e4736","span":"00f067aa0ba902b7","session":"0123456789abcdef","profile":"a1b2c3d4e5f60718","name":"cache.miss","placement":null,"attrs":{}}"#
+        #expect(envelope.jsonLine == after)
+        var bytes: [UInt8] = []
+        envelope.appendJSON(to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == after)
+        envelope.session = nil
+        envelope.profile = "plain \"id\""
+        #expect(envelope.jsonLine.contains(#""span":"00f067aa0ba902b7","profile":"plain \"id\"","name""#))
+        bytes = []
+        envelope.appendJSON(to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == envelope.jsonLine)
+        #expect(envelope.jsonValue.objectValue?["session"] == nil)
+    }
+
     @Test("random envelopes (escapes, unicode, 0-20 attributes, nested values) write the same bytes as their jsonLine")
     func randomBytesMatchLine() {
         var rng = SplitMix64(seed: 7)
@@ -82,7 +105,9 @@ struct EnvelopeWritingTests {
             let envelope = Envelope(seq: rng.next() >> 1, ts: Double(rng.next() % 4_000_000_000) + 0.25, t: Double(i) / 7,
                                     run: text(), trace: TraceID(high: rng.next(), low: rng.next()), span: SpanID(raw: rng.next()),
                                     name: names[Int(rng.next() % UInt64(names.count))],
-                                    placement: rng.next() % 4 == 0 ? nil : text(), attrs: EventAttributes(attrs))
+                                    placement: rng.next() % 4 == 0 ? nil : text(), attrs: EventAttributes(attrs),
+                                    session: rng.next() % 2 == 0 ? nil : SessionID(raw: rng.next() | 1),
+                                    profile: rng.next() % 3 == 0 ? nil : text())
             var bytes: [UInt8] = [1, 2]
             envelope.appendJSON(to: &bytes)
             #expect(Array(bytes.dropFirst(2)) == Array(envelope.jsonLine.utf8), "envelope \(i)")

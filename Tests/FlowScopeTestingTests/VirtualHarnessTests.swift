@@ -27,6 +27,26 @@ struct VirtualHarnessTests {
     }
     """
 
+    @Test("a traced test's events, from the harness or from a FlowClient, carry a session: the test's for the harness, the client's own for the client")
+    func sessions() async throws {
+        let recorder = try #require(FlowTrace.current)
+        let scenario = try Scenario.decode(Self.text, file: "inline")
+        _ = await loadPaywall(flows: VirtualHarness(scenario: scenario))
+        let fromHarness = recorder.envelopes
+        #expect(!fromHarness.isEmpty)
+        #expect(fromHarness.allSatisfy { $0.session == recorder.session && $0.profile == ProfileTag.hashed("user-42") })
+
+        let recorded = FlowTraceRecorder(name: "sessions-inner", environment: [:])
+        let client = FlowClient(profile: Profile(id: "u1"), backend: SessionTestBackend(), events: FlowTraceSink(recorder: recorded))
+        _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
+        recorded.record(EngineEvent(name: .cacheMiss, t: 0, placement: nil, trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)))
+        let sessions = recorded.envelopes.map(\.session)
+        #expect(sessions.count >= 2)
+        #expect(sessions.dropLast().allSatisfy { $0 == client.session })
+        #expect(sessions.last == recorded.session)
+        #expect(client.session != recorded.session)
+    }
+
     @Test("the app's own loading code runs against a scenario in virtual time, with the scenario runner's answer")
     func appCodeInVirtualTime() async throws {
         let scenario = try Scenario.decode(Self.text, file: "inline")
@@ -109,4 +129,9 @@ struct FlowLoadingLayoutTests {
         #expect(other.variationId == "all-A")
         try await harness.preloadFlowsForDefaultAudience(placementIds: ["main"])
     }
+}
+
+/// A backend that fails every request at once (its events are all the session test needs).
+private struct SessionTestBackend: FlowBackend {
+    func send(_ request: RequestSpec) async -> RequestCompletion { RequestCompletion(.failure(.http(status: 503))) }
 }

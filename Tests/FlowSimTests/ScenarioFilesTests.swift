@@ -66,6 +66,20 @@ struct ScenarioFilesTests {
         #expect(hits.first?.event.attrs["layer"] == "disk")
     }
 
+    @Test("a scenario run has one session per engine start, the same on every run of the file; a restart starts another")
+    func sessionsPerStart() throws {
+        let (_, scenario) = try #require(try scenarioFiles().first { $0.path.hasSuffix("18-restart-keeps-disk.json5") })
+        let report = ScenarioRunner(scenario).run()
+        let sessions = report.events.map(\.event.session)
+        #expect(!sessions.contains(nil))
+        // Sessions in order of first appearance: one before the restart, one after.
+        var distinct: [SessionID?] = []
+        for s in sessions where distinct.last != s { distinct.append(s) }
+        #expect(distinct.count == 2)
+        #expect(ScenarioRunner(scenario).run().events.map(\.event.session) == sessions)
+        #expect(report.events.allSatisfy { $0.event.profile == ProfileTag.hashed(scenario.profile.id) })
+    }
+
     @Test("a corrupt entry is reported as cache.corrupt and never served")
     func corruptReported() throws {
         let (_, scenario) = try #require(try scenarioFiles().first { $0.path.hasSuffix("19-corrupt-cache-entry.json5") })

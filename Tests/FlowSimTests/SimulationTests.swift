@@ -96,6 +96,31 @@ struct SimulationTests {
         }
     }
 
+    @Test("Each simulated session's events share one session id, derived from its plan: another session has another, a replay the same")
+    func oneSessionIDPerSimulatedSession() {
+        let config = SimulationConfig.standard
+        let collector = EventCollector(forward: nil)
+        let world = SessionWorld(config: config, events: collector)
+        let strategy = config.strategies[0]
+        var perSession: [[SessionID?]] = []
+        for index in 0..<20 {
+            let plan = SessionPlan(index: index, seed: 5, population: config.population)
+            var tally = StrategyTally()
+            let before = collector.events.count
+            world.play(plan, strategy, into: &tally)
+            perSession.append(collector.events[before...].map(\.session))
+        }
+        let played = perSession.filter { !$0.isEmpty }
+        #expect(played.count >= 10)
+        for sessions in played { #expect(sessions.allSatisfy { $0 != nil && $0 == sessions.first }) }
+        #expect(Set(played.compactMap { $0.first ?? nil }).count == played.count)
+        // The same plan again (the one world, its engine reset) gives the same session.
+        let again = EventCollector(forward: nil)
+        var tally = StrategyTally()
+        SessionWorld(config: config, events: again).play(SessionPlan(index: 0, seed: 5, population: config.population), strategy, into: &tally)
+        #expect(again.events.first?.session == perSession[0].first ?? nil)
+    }
+
     @Test("Different seeds agree within their confidence intervals")
     func seedsAgree() {
         let lab = Simulation(config: .standard)

@@ -127,6 +127,9 @@ public struct OTLPTraceBuilder: Sendable {
         var lastTs: Double
         var firstEvent: (SpanID, EventName, String?)
         var openSpans = 0
+        /// The client session and profile of the trace's events (the first that carries them).
+        var session: SessionID?
+        var profile: String?
     }
 
     private var open: [TraceID: TraceState] = [:]
@@ -167,6 +170,8 @@ public struct OTLPTraceBuilder: Sendable {
             }
         }
         guard var t = open.removeValue(forKey: e.trace) else { return out }
+        if t.session == nil { t.session = e.session }
+        if t.profile == nil { t.profile = e.profile }
         t.lastTs = max(t.lastTs, e.ts)
         t.firstTs = min(t.firstTs, e.ts)
         var completes = false
@@ -327,6 +332,8 @@ public struct OTLPTraceBuilder: Sendable {
             var attrs = s.attrs
             if let placement = s.placement { attrs["placement"] = .string(placement) }
             if isRoot { attrs["flowscope.run"] = .string(t.run) }
+            if let session = t.session { attrs["session.id"] = .string(session.hex) }
+            if let profile = t.profile { attrs["flowscope.profile"] = .string(profile) }
             let parent: SpanID? = isRoot ? nil : (s.parent ?? rootId ?? t.inheritedRoot)
             out.append(OTLPSpan(traceId: traceHex, spanId: id.hex, parentSpanId: parent?.hex, name: s.name, kind: s.kind,
                                 startTimeUnixNano: unixNanos(s.start), endTimeUnixNano: unixNanos(s.end ?? s.start),

@@ -79,6 +79,23 @@ struct OTLPTraceBuilderTests {
         #expect(f[0].status == .error("2003"))
     }
 
+    @Test("every span of a call whose events carry a session and profile has session.id and flowscope.profile; a call without them has neither")
+    func sessionAttributes() throws {
+        var builder = OTLPTraceBuilder()
+        let session = SessionID(hex: "0123456789abcdef")!
+        var spans: [OTLPSpan] = []
+        for var e in sampleStream() {
+            if e.trace == getFlowTrace { e.session = session; e.profile = "a1b2c3d4e5f60718" }
+            spans += builder.add(e, now: 0)
+        }
+        let g = spans.filter { $0.traceId == getFlowTrace.hex }
+        #expect(g.count == 3)
+        #expect(g.allSatisfy { $0.attributes["session.id"] == "0123456789abcdef" && $0.attributes["flowscope.profile"] == "a1b2c3d4e5f60718" })
+        let others = spans.filter { $0.traceId != getFlowTrace.hex }
+        #expect(!others.isEmpty)
+        #expect(others.allSatisfy { $0.attributes["session.id"] == nil && $0.attributes["flowscope.profile"] == nil })
+    }
+
     @Test("a trace whose root never ends is exported after the timeout, marked incomplete")
     func timeout() throws {
         var builder = OTLPTraceBuilder(traceTimeout: 120)

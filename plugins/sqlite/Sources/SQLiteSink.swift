@@ -124,8 +124,9 @@ public final class SQLiteSink: EventSink {
     }
 
     /// The schema version this build writes and reads, kept in `PRAGMA user_version`. Version 1
-    /// files (no `epoch` column) are migrated when opened.
-    public static let schemaVersion: Int64 = 2
+    /// files (no `epoch` column) and version 2 files (no `session` and `profile` columns) are
+    /// migrated when opened; their rows keep no session and no profile.
+    public static let schemaVersion: Int64 = 3
     /// The `epoch` of rows written before the column existed (schema version 1).
     public static let legacyEpoch = "legacy"
 
@@ -213,7 +214,7 @@ public final class SQLiteSink: EventSink {
         }
         try connection.exec("PRAGMA synchronous=NORMAL")
         let insert = try connection.prepare(
-            "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+            "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch, session, profile) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")
         let deleteOlder = try connection.prepare("DELETE FROM events WHERE ts < ?1")
         let addToRun = try connection.prepare("""
             INSERT INTO runs (run, events, fetches, errors, first_ts, last_ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -235,7 +236,7 @@ public final class SQLiteSink: EventSink {
         try self.init(options: Options(path: path, retention: retention))
     }
 
-    /// Creates the schema in a new file, migrates a version 1 file, or checks the version.
+    /// Creates the schema in a new file, migrates a version 1 or 2 file, or checks the version.
     private static func migrate(_ db: Connection) throws(SQLiteSinkError) {
         let version = try db.intPragma("user_version")
         if version > schemaVersion {
@@ -246,7 +247,8 @@ public final class SQLiteSink: EventSink {
         if version < 0 {
             throw SQLiteSinkError(path: db.path, message: "unknown schema version \(version) (expected \(schemaVersion))")
         }
-        if version == 1 { return try migrateFromVersion1(db) }
+        if version == 1 { try migrateFromVersion1(db) }
+        if version == 1 || version == 2 { return try migrateFromVersion2(db) }
         // Version 0: a new, empty file. Refuse to add our tables to somebody else's database.
         let stmt = try db.prepare("SELECT count(*) FROM sqlite_master")
         if sqlite3_step(stmt.raw) == SQLITE_ROW, stmt.int64(0) > 0 {
@@ -266,7 +268,9 @@ public final class SQLiteSink: EventSink {
                 name TEXT NOT NULL,
                 placement TEXT,
                 attrs TEXT NOT NULL,
-                epoch TEXT NOT NULL DEFAULT '\(legacyEpoch)'
+                epoch TEXT NOT NULL DEFAULT '\(legacyEpoch)',
+                session TEXT,
+                profile TEXT
             );
             \(indexes)
             \(runsTable)
@@ -313,13 +317,33 @@ public final class SQLiteSink: EventSink {
                     \(indexes)
                     \(runsTable)
                     INSERT INTO runs (run, events, first_ts, last_ts, fetches, errors) \(totalsQuery(""));
-                    PRAGMA user_version = \(schemaVersion);
+                    PRAGMA user_version = 2;
                     """)
             }
             try db.exec("COMMIT")
         } catch {
             try? db.exec("ROLLBACK")
             throw SQLiteSinkError(path: db.path, message: "migrating from schema version 1: \(error.message)")
+        }
+    }
+
+    /// Version 2 to 3: adds the nullable `session` and `profile` columns (existing rows have
+    /// neither), in one transaction (another process migrating at the same time waits, then finds
+    /// version 3).
+    private static func migrateFromVersion2(_ db: Connection) throws(SQLiteSinkError) {
+        try db.exec("BEGIN IMMEDIATE")
+        do throws(SQLiteSinkError) {
+            if try db.intPragma("user_version") == 2 {
+                try db.exec("""
+                    ALTER TABLE events ADD COLUMN session TEXT;
+                    ALTER TABLE events ADD COLUMN profile TEXT;
+                    PRAGMA user_version = \(schemaVersion);
+                    """)
+            }
+            try db.exec("COMMIT")
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw SQLiteSinkError(path: db.path, message: "migrating from schema version 2: \(error.message)")
         }
     }
 
@@ -393,6 +417,8 @@ public final class SQLiteSink: EventSink {
             e.attrs.appendJSON(to: &attrs)
             stmt.bind(9, attrs)
             stmt.bind(10, epoch)
+            stmt.bind(11, e.session?.hex)
+            stmt.bind(12, e.profile)
             let rc = sqlite3_step(stmt.raw)
             if rc != SQLITE_DONE {
                 let error = db.error("inserting event seq \(e.seq)", rc)
@@ -591,7 +617,7 @@ public final class SQLiteSink: EventSink {
     }
 
     /// The columns `decodeRows` reads, in its order.
-    static let storedColumns = "id, seq, ts, t, run, trace, span, name, placement, attrs, epoch"
+    static let storedColumns = "id, seq, ts, t, run, trace, span, name, placement, attrs, epoch, session, profile"
 
     /// Steps `stmt` (selecting ``storedColumns``) to the end; rows that cannot be decoded (edited by
     /// hand) are skipped.
@@ -605,7 +631,8 @@ public final class SQLiteSink: EventSink {
                   let span = stmt.text(6).flatMap(SpanID.init(hex:)), let name = stmt.text(7).flatMap(EventName.init(rawValue:)),
                   let attrs = stmt.text(9).flatMap(decodeAttrs) else { continue }
             let envelope = Envelope(seq: UInt64(bitPattern: stmt.int64(1)), ts: stmt.double(2), t: stmt.double(3), run: runText,
-                                    trace: trace, span: span, name: name, placement: stmt.text(8), attrs: EventAttributes(attrs))
+                                    trace: trace, span: span, name: name, placement: stmt.text(8), attrs: EventAttributes(attrs),
+                                    session: stmt.text(11).flatMap(SessionID.init(hex:)), profile: stmt.text(12))
             out.append(StoredEvent(id: stmt.int64(0), epoch: stmt.text(10) ?? legacyEpoch, envelope: envelope))
         }
         return out
@@ -657,11 +684,11 @@ public enum SQLiteBaseline {
         try exec("""
             CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, ts REAL NOT NULL, t REAL NOT NULL,
                 run TEXT NOT NULL, trace TEXT NOT NULL, span TEXT NOT NULL, name TEXT NOT NULL, placement TEXT, attrs TEXT NOT NULL,
-                epoch TEXT NOT NULL DEFAULT 'legacy')
+                epoch TEXT NOT NULL DEFAULT 'legacy', session TEXT, profile TEXT)
             """)
         if indexed { try exec(SQLiteSink.indexes) }
         var stmt: OpaquePointer?
-        guard sqlite3_prepare_v2(db, "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        guard sqlite3_prepare_v2(db, "INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch, session, profile) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                                  -1, &stmt, nil) == SQLITE_OK else {
             throw SQLiteSinkError(path: path, message: String(cString: sqlite3_errmsg(db)))
         }
@@ -682,6 +709,8 @@ public enum SQLiteBaseline {
             e.attrs.appendJSON(to: &attrs)
             sqlite3_bind_text(stmt, 9, attrs, -1, sqliteTransient)
             sqlite3_bind_text(stmt, 10, "0000000000000000", -1, sqliteTransient)
+            if let s = e.session { sqlite3_bind_text(stmt, 11, s.hex, -1, sqliteTransient) } else { sqlite3_bind_null(stmt, 11) }
+            if let p = e.profile { sqlite3_bind_text(stmt, 12, p, -1, sqliteTransient) } else { sqlite3_bind_null(stmt, 12) }
             guard sqlite3_step(stmt) == SQLITE_DONE else {
                 let message = String(cString: sqlite3_errmsg(db))
                 sqlite3_exec(db, "ROLLBACK", nil, nil, nil)

@@ -9,7 +9,7 @@ extension SQLiteSink {
     /// The file is opened read-only. A file with a `-wal` file beside it (a server has it open, or
     /// left it) is read through the WAL, which sees every committed batch; any other is opened
     /// immutable, which creates no `-wal` or `-shm` file either. Schema versions 1 (rows get
-    /// ``legacyEpoch``) and 2 are read; rows that cannot be decoded (edited by hand) are skipped.
+    /// ``legacyEpoch``), 2 (rows get no session and no profile) and 3 are read; rows that cannot be decoded (edited by hand) are skipped.
     ///
     /// ```swift
     /// let events = try SQLiteSink.storedEvents(inFile: ".flowscope/events.sqlite").map(\.envelope)
@@ -49,7 +49,10 @@ extension SQLiteSink {
             throw SQLiteSinkError(path: path, message:
                 "not an event store written by flowscope's sqlite sink (its events table has no \(missing) column)")
         }
-        let selected = columns.contains("epoch") ? storedColumns : storedColumns.replacingOccurrences(of: ", epoch", with: ", NULL")
+        var selected = storedColumns
+        for optional in ["epoch", "session", "profile"] where !columns.contains(optional) {
+            selected = selected.replacingOccurrences(of: ", \(optional)", with: ", NULL")
+        }
         let stmt = try db.prepare("SELECT \(selected) FROM events ORDER BY id")
         return try decodeRows(stmt, on: db)
     }

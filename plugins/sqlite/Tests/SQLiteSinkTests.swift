@@ -198,6 +198,62 @@ struct SQLiteSinkTests {
         }
     }
 
+    @Test("session and profile are stored and read back after reopening; an envelope without them reads back without them")
+    func sessionAndProfileRoundTrip() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/events.db"
+        var with = envelope(1)
+        with.session = SessionID(hex: "0123456789abcdef")
+        with.profile = "a1b2c3d4e5f60718"
+        var plain = envelope(2)
+        plain.profile = "user 42 (plain)"
+        do {
+            let sink = try SQLiteSink(path: path)
+            sink.consume([with, plain, envelope(3)])
+            sink.flush()
+            sink.close()
+        }
+        let reopened = try SQLiteSink(path: path)
+        let rows = try reopened.storedEvents(limit: 10).map(\.envelope)
+        #expect(rows.map(\.session) == [with.session, nil, nil])
+        #expect(rows.map(\.profile) == ["a1b2c3d4e5f60718", "user 42 (plain)", nil])
+        #expect(rows.map(\.jsonLine) == [with.jsonLine, plain.jsonLine, envelope(3).jsonLine])
+        #expect(try SQLiteSink.storedEvents(inFile: path).map(\.envelope.session) == [with.session, nil, nil])
+    }
+
+    @Test("a file of schema version 2 (no session or profile columns) is read as it is, then migrated to version 3 when a sink opens it")
+    func migratesVersion2() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/v2.db"
+        try runSQLite(path, """
+            CREATE TABLE events (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, ts REAL NOT NULL, t REAL NOT NULL, run TEXT NOT NULL,
+                trace TEXT NOT NULL, span TEXT NOT NULL, name TEXT NOT NULL, placement TEXT, attrs TEXT NOT NULL,
+                epoch TEXT NOT NULL DEFAULT 'legacy');
+            CREATE TABLE runs (run TEXT PRIMARY KEY, events INTEGER NOT NULL, fetches INTEGER NOT NULL, errors INTEGER NOT NULL,
+                first_ts REAL NOT NULL, last_ts REAL NOT NULL) WITHOUT ROWID;
+            INSERT INTO events (seq, ts, t, run, trace, span, name, placement, attrs, epoch) VALUES
+              (1, 1796000000.5, 0.25, 'test:old', '4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7', 'timeout', 'main', '{}', 'aaaaaaaaaaaaaaaa');
+            INSERT INTO runs VALUES ('test:old', 1, 0, 0, 1796000000.5, 1796000000.5);
+            PRAGMA user_version = 2;
+            """)
+        let read = try SQLiteSink.storedEvents(inFile: path)
+        #expect(read.map(\.envelope.name) == [.timeout])
+        #expect(read.map(\.envelope.session) == [nil])
+        #expect(try runSQLite(path, "PRAGMA user_version;") == "2\n")
+
+        let sink = try SQLiteSink(path: path)
+        var new = envelope(2)
+        new.session = SessionID(hex: "00000000000000ff")
+        sink.consume([new])
+        sink.flush()
+        let rows = try sink.storedEvents(limit: 10)
+        #expect(rows.map(\.epoch).first == "aaaaaaaaaaaaaaaa")
+        #expect(rows.map(\.envelope.session) == [nil, SessionID(raw: 255)])
+        #expect(try runSQLite(path, "PRAGMA user_version; SELECT count(*) FROM events WHERE session IS NULL;") == "3\n1\n")
+    }
+
     @Test("a store written by a newer schema, or a foreign database, is refused")
     func schemaVersion() throws {
         let dir = temporaryDirectory()
@@ -231,7 +287,7 @@ struct SQLiteSinkTests {
         sink.consume([envelope(1, attrs: ["k": "v"])])
         sink.flush()
         let out = try runSQLite(path, "PRAGMA journal_mode; PRAGMA user_version; SELECT seq, name, attrs FROM events; PRAGMA integrity_check;")
-        #expect(out == "wal\n2\n1|fetch.start|{\"k\":\"v\"}\nok\n")
+        #expect(out == "wal\n3\n1|fetch.start|{\"k\":\"v\"}\nok\n")
     }
 
     @Test("queries run while batches are being written and see only committed batches")

@@ -148,11 +148,11 @@ struct SQLiteStoreTests {
         #expect(ids(sink.runSummaries()).sorted() == ["test:new", "test:old"])
         #expect(placements(sink, run: "test:old").first?.duration.p50 == 0.3)
         let schema = try runSQLite(path, "PRAGMA user_version; SELECT name FROM sqlite_master WHERE type = 'index' ORDER BY name;")
-        #expect(schema == "2\nevents_name\nevents_placement\nevents_run\nevents_ts\n")
+        #expect(schema == "3\nevents_name\nevents_placement\nevents_run\nevents_ts\n")
         // The runs table was counted from the old rows, then the new batch added.
         #expect(try runSQLite(path, "SELECT run, events, fetches FROM runs ORDER BY run;") == "test:new|1|0\ntest:old|2|1\n")
 
-        // Opened again: already version 2, nothing to migrate.
+        // Opened again: already version 3, nothing to migrate.
         let again = try SQLiteSink(path: path)
         #expect(try again.count() == 3)
     }
