@@ -242,12 +242,15 @@ public final class FlowEngine: CacheView {
         profile = Profile(id: profileId)
         profileTag = reportsEvents ? ProfileTag.tag(for: profileId, plain: configuration.plainProfileIDs) : nil
         flowCache.retainOnly(profileId: profileId)
+        let plain = configuration.plainProfileIDs
         let call = begin(.profile(ProfileMachine(profileId: profileId, requestTimeout: requestTimeout)),
                          now: now, reported: false, first: { engine, trace in
             guard engine.reportsEvents else { return }
+            // The ids as the envelope's `profile` carries them: hashed unless the app opted in.
             engine.record(EngineEvent(name: .profileChanged, t: now.seconds, placement: nil, trace: trace,
                                       span: SpanID(trace: trace, index: 0),
-                                      attrs: ["from": .string(old), "to": .string(profileId)]))
+                                      attrs: ["from": .string(ProfileTag.tag(for: old, plain: plain) ?? ""),
+                                              "to": .string(ProfileTag.tag(for: profileId, plain: plain) ?? "")]))
         })
         flushEvents()
         return trace(of: call) ?? lastTrace

@@ -38,6 +38,8 @@ struct SessionTests {
         let changed = try #require(listA.firstIndex { $0.name == .profileChanged })
         #expect(listA[..<changed].allSatisfy { $0.profile == Self.user42 })
         #expect(listA[changed...].allSatisfy { $0.profile == Self.user7 })
+        // profile.changed names the ids the same way: hashed, never the plain ids.
+        #expect(listA[changed].attrs["from"] == .string(Self.user42) && listA[changed].attrs["to"] == .string(Self.user7))
     }
 
     @Test("with plainProfileIDs the events carry the profile id as it is")
@@ -49,6 +51,9 @@ struct SessionTests {
         let list = events.list.withLock { $0 }
         #expect(!list.isEmpty)
         #expect(list.allSatisfy { $0.profile == "user-42" && $0.session == client.session })
+        client.identify(profileId: "user-7")
+        let changed = try #require(events.list.withLock { $0 }.first { $0.name == .profileChanged })
+        #expect(changed.attrs["from"] == .string("user-42") && changed.attrs["to"] == .string("user-7"))
     }
 
     @Test("session ids are 16 lowercase hex characters, never zero; a seeded one is the same for the same seed")
