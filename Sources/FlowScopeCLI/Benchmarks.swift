@@ -341,30 +341,13 @@ public struct BenchmarkSuite: Sendable {
             e.placement = "placement_\(i % 16)"
             return e
         }
-        var sink: [Double] = [], plain: [Double] = []
-        var stored = 0
-        for run in 0...runs {
-            let sinkPath = "\(directory)/sink-\(run).sqlite", plainPath = "\(directory)/plain-\(run).sqlite"
-            let store = try SQLiteSink(options: .init(path: sinkPath))
-            var start = monotonicNanos()
+        return try againstPlainSQLite("sqlite.insert", rows: rows, file: "sink") { path in
+            let store = try SQLiteSink(options: .init(path: path))
+            let start = monotonicNanos()
             store.consume(rows)
             store.flush()
-            let sinkSeconds = Double(monotonicNanos() - start) / 1e9
-            stored = try store.count()
-            start = monotonicNanos()
-            try SQLiteBaseline.insert(rows, path: plainPath)
-            let plainSeconds = Double(monotonicNanos() - start) / 1e9
-            for path in [sinkPath, plainPath] {
-                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
-            }
-            guard stored == rows.count else { throw BenchError("sqlite.insert: the sink stored \(stored) of \(rows.count) rows") }
-            if run > 0 {
-                sink.append(Double(rows.count) / sinkSeconds)
-                plain.append(Double(rows.count) / plainSeconds)
-            }
+            return (Double(monotonicNanos() - start) / 1e9, try store.count())
         }
-        return BenchmarkResult(name: "sqlite.insert", value: median(sink), unit: "events/s",
-                               baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
     }
 
     /// Sustained ingest as `POST /api/ingest` does it, without HTTP: batches of 500 envelopes offered
@@ -379,31 +362,41 @@ public struct BenchmarkSuite: Sendable {
             return e
         }
         let batches = stride(from: 0, to: rows.count, by: 500).map { Array(rows[$0..<min($0 + 500, rows.count)]) }
-        var ingest: [Double] = [], plain: [Double] = []
-        for run in 0...runs {
-            let sinkPath = "\(directory)/ingest-\(run).sqlite", plainPath = "\(directory)/ingest-plain-\(run).sqlite"
-            let store = try SQLiteSink(options: .init(path: sinkPath))
+        return try againstPlainSQLite("ingest.sqlite", rows: rows, file: "ingest") { path in
+            let store = try SQLiteSink(options: .init(path: path))
             let pipeline = EventPipeline(run: "bench", sinks: [try MetricsSink(version: flowScopeVersion), MemorySink(capacity: 20_000), store])
-            var start = monotonicNanos()
+            let start = monotonicNanos()
             for batch in batches {
                 while pipeline.ingest(batch, ifRoomWithin: 32_768) != .accepted { usleep(1000) }
             }
             pipeline.shutdown()
-            let ingestSeconds = Double(monotonicNanos() - start) / 1e9
-            let stored = store.storedCount
-            start = monotonicNanos()
+            return (Double(monotonicNanos() - start) / 1e9, store.storedCount)
+        }
+    }
+
+    /// `write` (which stores `rows` into a new SQLite file at the path it is given and returns the
+    /// seconds its storing took and how many rows it stored) against plain SQLite inserting the same
+    /// rows in one transaction, the first run a warm-up: the medians of each in events/s. Both files
+    /// are deleted after each run.
+    private func againstPlainSQLite(_ name: String, rows: [Envelope], file: String,
+                                    _ write: (String) throws -> (seconds: Double, stored: Int)) throws -> BenchmarkResult {
+        var subject: [Double] = [], plain: [Double] = []
+        for run in 0...runs {
+            let path = "\(directory)/\(file)-\(run).sqlite", plainPath = "\(directory)/\(file)-plain-\(run).sqlite"
+            let (seconds, stored) = try write(path)
+            let start = monotonicNanos()
             try SQLiteBaseline.insert(rows, path: plainPath)
             let plainSeconds = Double(monotonicNanos() - start) / 1e9
-            for path in [sinkPath, plainPath] {
-                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+            for p in [path, plainPath] {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(p + suffix) }
             }
-            guard stored == rows.count else { throw BenchError("ingest.sqlite: the sink stored \(stored) of \(rows.count) rows") }
+            guard stored == rows.count else { throw BenchError("\(name): the sink stored \(stored) of \(rows.count) rows") }
             if run > 0 {
-                ingest.append(Double(rows.count) / ingestSeconds)
+                subject.append(Double(rows.count) / seconds)
                 plain.append(Double(rows.count) / plainSeconds)
             }
         }
-        return BenchmarkResult(name: "ingest.sqlite", value: median(ingest), unit: "events/s",
+        return BenchmarkResult(name: name, value: median(subject), unit: "events/s",
                                baseline: ("plain SQLite, one transaction", median(plain)), target: ">= 0.5x baseline")
     }
 
