@@ -13,7 +13,7 @@ func paywallFallsBackToTheDefaultAudienceOnAHangingNetwork() async throws {
     let harness = VirtualHarness(scenario: scenario)       // virtual time: no waiting
     let flow = try await loadPaywall(harness)
     #expect(flow.source == .defaultAudience)
-    expectTimeout("main_paywall", stage: "targeted")       // fails with the call's timeline
+    expectTimeout("main_paywall", stage: .targeted)       // fails with the call's timeline
     expectRequests(2, placement: "main_paywall")
 }
 // end sample: test
