@@ -7,6 +7,9 @@ import FoundationNetworking
 #endif
 import Synchronization
 import Testing
+#if canImport(FlowTLS)
+import FlowTLS
+#endif
 
 /// The events of one test, kept in memory, written to `FLOWSCOPE_TRACE_DIR/<test-name>.jsonl` and
 /// streamed to `FLOWSCOPE_ATTACH` when those are set, with the test's verdict (`test.start` and
@@ -75,6 +78,11 @@ public final class FlowTraceRecorder: Sendable {
                          retrySeconds: environment["FLOWSCOPE_ATTACH_RETRY"].flatMap(Double.init).map { max(0, min($0, 3600)) }
                             ?? AttachStream.defaultRetrySeconds)
         }
+        #if canImport(FlowTLS)
+        // Linux: FLOWSCOPE_CA and HTTPBackend(caFile:) in a traced test trust their file through
+        // OpenSSL, as URLSession there cannot (a transport the tests installed themselves wins).
+        if !CustomCATransport.isInstalled { TLSTransport.install() }
+        #endif
         start(framework: framework ?? "none")
     }
 
@@ -365,7 +373,8 @@ extension Trait where Self == FlowTraceTrait {
 }
 
 /// Streams a test's events to a running `flowscope serve` (POST /api/ingest, JSON Lines, bearer
-/// token) in batches, one at a time, in order. A batch the server refuses for now (503 or 429, as
+/// token) in batches, one at a time, in order. With FLOWSCOPE_CA over https it trusts that file:
+/// on Linux through OpenSSL (FlowTLS, linked on Linux only), on Apple platforms through URLSession. A batch the server refuses for now (503 or 429, as
 /// it does while its durable sinks are behind) is sent again after the wait its `Retry-After` asks
 /// (at least 0.2 s, doubling up to 5 s), for at most `retrySeconds` in all. Never fails a test: the
 /// first failure, or a batch still refused after that, prints one warning saying how many events
