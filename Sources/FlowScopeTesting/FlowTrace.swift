@@ -62,7 +62,7 @@ public final class FlowTraceRecorder: Sendable {
     }
 
     /// `framework`: `swift-testing` when Swift Testing reports every issue of the test to the
-    /// recorder (``FlowTraceTrait``), `xctest` under ``FlowTraceXCTestObserver``, nil elsewhere.
+    /// recorder (``FlowTraceTrait``), nil elsewhere.
     init(name: String, environment: [String: String], invocation: TestInvocation,
          onFailure: (@Sendable (String, SourceLocation) -> Void)?, framework: String?) {
         self.name = Envelope.runName(name, empty: "test")
@@ -287,8 +287,8 @@ public enum TestStatus: String, Sendable, Hashable, CaseIterable {
 /// }
 /// ```
 ///
-/// The verdict counts the test kit's failed expectations and an error `body` throws; inside XCTest
-/// every failure of the test counts (``FlowTraceXCTestObserver``). `environment` supplies
+/// The verdict (`test.end`) counts the test kit's failed expectations and an error `body` throws
+/// (`XCTSkip` makes it skipped); an `XCTAssert` failing in `body` is not seen. `environment` supplies
 /// FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
 public func withFlowTrace<R: Sendable>(_ name: String = #function,
                                        environment: [String: String] = ProcessInfo.processInfo.environment,
@@ -300,7 +300,8 @@ public func withFlowTrace<R: Sendable>(_ name: String = #function,
         await recorder.finish()
         return result
     } catch {
-        recorder.noteFailure("Caught error: \(error)")
+        if FlowTraceTrait.isSkip(error) { recorder.noteSkipped(String(describing: error)) }
+        else { recorder.noteFailure("Caught error: \(error)") }
         await recorder.finish()
         throw error
     }

@@ -201,3 +201,37 @@ struct TestInvocationTests {
         #expect(TestInvocation(environment: [:], directory: "/").revision == nil)
     }
 }
+
+@Suite("Test verdicts outside Swift Testing (withFlowTrace)")
+struct WithFlowTraceVerdictTests {
+    struct Broken: Error {}
+
+    @Test("the test kit's failed expectations and a thrown error make the verdict; a clean body passes")
+    func verdicts() async throws {
+        let messages = Shared<[String]>([])
+        let failing = await withFlowTrace("xc.failing", environment: [:], onFailure: { m, _ in messages.withLock { $0.append(m) } }) {
+            () -> FlowTraceRecorder? in
+            _ = try? await DeliberateFailures.defaultAudienceCall()
+            expectFallback("main", to: .cache)
+            return FlowTrace.current
+        }
+        #expect(failing?.status == .failed)
+        #expect(failing?.failures.first?.hasPrefix("expectFallback main: no fallback to cache happened") == true)
+        #expect(messages.withLock { $0.count } == 1)
+        #expect(failing?.envelopes.last?.event.attrs["status"] == "failed")
+
+        let thrown = Shared<FlowTraceRecorder?>(nil)
+        await #expect(throws: Broken.self) {
+            try await withFlowTrace("xc.thrown", environment: [:]) {
+                thrown.withLock { $0 = FlowTrace.current }
+                throw Broken()
+            }
+        }
+        #expect(thrown.withLock { $0 }?.status == .failed)
+        #expect(thrown.withLock { $0 }?.failures == ["Caught error: Broken()"])
+
+        let clean = await withFlowTrace("xc.clean", environment: [:]) { FlowTrace.current }
+        #expect(clean?.status == .passed)
+        #expect(clean?.envelopes.first?.event.attrs["framework"] == "none")
+    }
+}
