@@ -124,6 +124,15 @@ public enum DashboardAPI {
             let page = RunPage(summaries: summaries, tests: tests.current, query: runQuery)
             return .json(page.jsonValue(extra: simulationFields))
         }
+        router.get("/api/invocations") { request in
+            let limit: Int
+            switch pageLimit(request, default: 20, max: limits.maxRunsPerPage) {
+            case .success(let v): limit = v
+            case .failure(let error): return .error(400, error.message)
+            }
+            let all = tests.current.invocationSummaries
+            return .json(["invocations": .array(all.prefix(limit).map(\.jsonValue)), "total": .number(Double(all.count))])
+        }
         router.get("/api/runs/{id}") { request in
             let id = request.parameter("id") ?? ""
             if let detail = store.runDetail(id: id) {

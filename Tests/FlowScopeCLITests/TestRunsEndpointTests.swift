@@ -61,6 +61,11 @@ struct TestRunsEndpointTests {
         #expect(invocations.last?["failed"] == 0 && invocations.last?["revision"] == .string(String(repeating: "a", count: 40)))
         #expect(invocations.last?["host"] == "ci-1")
 
+        let listed = try fixture.getJSON("/api/invocations")
+        #expect(listed["invocations"]?.arrayValue?.compactMap { $0["id"]?.stringValue } == ["inv-2", "inv-1"] && listed["total"] == 2)
+        #expect(try fixture.getJSON("/api/invocations?limit=1")["invocations"]?.arrayValue?.count == 1)
+        #expect(try fixture.get("/api/invocations?limit=x").status == 400)
+
         let failuresFirst = try fixture.getJSON("/api/runs?invocation=inv-2&order=status")["runs"]?.arrayValue ?? []
         #expect(failuresFirst.compactMap { $0["id"]?.stringValue } == ["test:inv-2:Paywall.fails", "test:inv-2:Paywall.passes"])
         let onlyFailed = try fixture.getJSON("/api/runs?status=failed")["runs"]?.arrayValue ?? []
