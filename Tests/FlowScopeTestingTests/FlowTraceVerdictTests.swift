@@ -1,3 +1,4 @@
+import TestSupport
 import FlowEvents
 import FlowFetch
 import FlowJSON
@@ -77,29 +78,20 @@ struct FlowTraceVerdictTests {
     static let child: Result<Child, any Error> = Result {
         let dir = Fixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "120", CommandLine.arguments[0], "--testing-library", "swift-testing",
-                             "--filter", "DeliberateFailures"]
         var env = ProcessInfo.processInfo.environment
         env["FLOWSCOPE_DELIBERATE_FAILURES"] = "1"
         env["FLOWSCOPE_TRACE_DIR"] = dir
         env["FLOWSCOPE_INVOCATION"] = "verdicts-1"
         env["NO_COLOR"] = "1"
         for key in ["FLOWSCOPE_ATTACH", "FLOWSCOPE_ATTACH_REQUIRED"] { env[key] = nil }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let run = try runProgram("/usr/bin/timeout", ["-s", "KILL", "120", CommandLine.arguments[0], "--testing-library", "swift-testing",
+                                                      "--filter", "DeliberateFailures"], environment: env)
         var traces: [String: [Envelope]] = [:]
         for file in try FileManager.default.contentsOfDirectory(atPath: dir) where file.hasSuffix(".jsonl") {
             let text = try String(contentsOfFile: dir + "/" + file, encoding: .utf8)
             traces[String(file.dropLast(6))] = try text.split(separator: "\n").map { try Envelope(jsonValue: JSON5.parse(String($0))) }
         }
-        return Child(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self), traces: traces)
+        return Child(status: run.status, output: run.output, traces: traces)
     }
 
     @Test("a plain #expect failing in a traced test fails its verdict and prints the timeline of the test's calls")
