@@ -451,7 +451,8 @@ const stream = new api.LiveStream({
       selectRun(state.run, { replace: true });
       return;
     }
-    const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
+    // A run the picker does not know yet (while a search narrows the picker, its matches do not change with traffic).
+    const newRun = !$('#run-search').value.trim() && valid.some((e) => !state.runs.some((r) => r.id === e.run));
     scheduleAggregates(newRun);
     if (queryMode() && (state.run === '' || valid.some((e) => e.run === state.run))) scheduleQuery();
     if (fresh.length || callChanged || state.run === '' || $('#filter-run').value !== '@view') scheduleRender();
