@@ -10,7 +10,7 @@ import Synchronization
 ///     pipeline.add(sink)                        // consume(_:) updates the counters
 ///     let (contentType, format) = MetricsSink.negotiate(accept: request.accept)
 ///     let body = sink.render(format: format)
-public final class MetricsSink: EventSink, MetricsExposing {
+public final class MetricsSink: EventSink, MetricsExposing, SinkStatsCollecting {
     /// The wire format of a render.
     public typealias Format = Exposition.Format
 
