@@ -65,6 +65,12 @@ public struct Coverage: Sendable, Hashable {
         from = events.first?.ts
         to = events.last?.ts
     }
+
+    /// A coverage of `events` events from `firstSeq` to `lastSeq`, folded into `calls` calls.
+    public init(events: Int, calls: Int, complete: Bool, firstSeq: UInt64?, lastSeq: UInt64?, from: Double?, to: Double?) {
+        self.events = events; self.calls = calls; self.complete = complete
+        self.firstSeq = firstSeq; self.lastSeq = lastSeq; self.from = from; self.to = to
+    }
 }
 
 /// Statistics of one placement over a set of calls (see ``CallStatistics``).
@@ -130,7 +136,7 @@ public enum CallStatistics {
 
     /// The errors call `c` counts for `placement` (nil: for itself): a fetch that ended with an
     /// error counts 1; a preload counts each placement its end reports failed.
-    public static func errors(of c: Call, placement: String? = nil) -> Int {
+    public static func errors(of c: borrowing Call, placement: String? = nil) -> Int {
         switch c.kind {
         case .fetch:
             guard c.finished, c.errorCode != nil else { return 0 }
@@ -143,30 +149,44 @@ public enum CallStatistics {
 
     /// Totals over `calls`; with `placement`, only what concerns that placement.
     public static func totals(_ calls: [Call], placement: String? = nil) -> CallTotals {
+        totals(calls, Array(calls.indices), placement: placement)
+    }
+
+    /// Totals over `calls[i]` for each `i` of `indices` (each call read in place, never copied).
+    static func totals(_ calls: [Call], _ indices: [Int], placement: String?) -> CallTotals {
         var t = CallTotals()
         var durations: [Double] = []
-        for c in calls {
-            let concerns = placement.map { c.allPlacements.contains($0) } ?? true
-            if concerns {
-                t.calls += 1
-                if !c.finished { t.open += 1 }
-            }
-            t.errors += errors(of: c, placement: placement)
-            t.timeouts += c.timeouts.filter { placement == nil || c.placement(of: $0) == placement }.count
-            guard concerns, c.kind == .fetch, c.finished else { continue }
-            t.fetches += 1
-            if c.targetingLost { t.targetingLost += 1 }
-            if c.errorCode == nil, let s = c.source { t.sources[s, default: 0] += 1 }
-            if let d = c.duration { durations.append(d) }
+        calls.withUnsafeBufferPointer { buffer in
+            for i in indices { add(buffer[i], to: &t, durations: &durations, placement: placement) }
         }
         t.duration = DurationPercentiles(durations)
         return t
+    }
+
+    private static func add(_ c: borrowing Call, to t: inout CallTotals, durations: inout [Double], placement: String?) {
+        let concerns = placement.map { c.concerns($0) } ?? true
+        if concerns {
+            t.calls += 1
+            if !c.finished { t.open += 1 }
+        }
+        t.errors += errors(of: c, placement: placement)
+        for timeout in c.timeouts where placement == nil || (timeout.placement ?? c.placement) == placement { t.timeouts += 1 }
+        guard concerns, c.kind == .fetch, c.finished else { return }
+        t.fetches += 1
+        if c.targetingLost { t.targetingLost += 1 }
+        if c.errorCode == nil, let s = c.source { t.sources[s, default: 0] += 1 }
+        if let d = c.duration { durations.append(d) }
     }
 
     /// Statistics per placement over `calls`, sorted by placement; with `placement`, that one only.
     /// A preload counts for each placement it names. Past `bounds.placements` placements (in the
     /// order of their first call), calls count under `_other`.
     public static func placements(_ calls: [Call], placement only: String? = nil, bounds: Bounds = Bounds()) -> [PlacementStatistics] {
+        placements(calls, Array(calls.indices), placement: only, bounds: bounds)
+    }
+
+    /// ``placements(_:placement:bounds:)`` over `calls[i]` for each `i` of `indices` (read in place).
+    static func placements(_ calls: [Call], _ indices: [Int], placement only: String?, bounds: Bounds) -> [PlacementStatistics] {
         var rows: [String: Row] = [:]
         var names: [String: String] = [:] // placement -> its row key
         func key(_ p: String) -> String {
@@ -175,29 +195,38 @@ public enum CallStatistics {
             names[p] = k
             return k
         }
-        let ordered = calls.sorted { $0.firstSeq < $1.firstSeq }
-        for c in ordered {
-            var concerned = only.map { c.allPlacements.contains($0) ? [$0] : [] } ?? c.allPlacements
-            if c.kind == .fetch, c.placement == nil, only == nil { concerned = ["_none"] }
-            for p in concerned {
-                rows[key(p), default: Row()].add(c, placement: p, bounds: bounds)
+        calls.withUnsafeBufferPointer { buffer in
+            // In the order of their first event (by index: a call is large, and moving it is not free).
+            var order = indices
+            if zip(order, order.dropFirst()).contains(where: { buffer[$0].firstSeq > buffer[$1].firstSeq }) {
+                order.sort { buffer[$0].firstSeq != buffer[$1].firstSeq ? buffer[$0].firstSeq < buffer[$1].firstSeq : $0 < $1 }
             }
-            for t in c.timeouts {
-                let p = c.placement(of: t) ?? "_none"
-                if only == nil || only == p { rows[key(p), default: Row()].timeouts += 1 }
+            for i in order {
+                if let own = buffer[i].placement {
+                    if only == nil || only == own { rows[key(own), default: Row()].add(buffer[i], placement: own, bounds: bounds) }
+                } else if buffer[i].kind == .fetch && only == nil {
+                    rows[key("_none"), default: Row()].add(buffer[i], placement: "_none", bounds: bounds)
+                } else {
+                    for p in buffer[i].placements where only == nil || only == p {
+                        rows[key(p), default: Row()].add(buffer[i], placement: p, bounds: bounds)
+                    }
+                }
+                for t in buffer[i].timeouts {
+                    let p = t.placement ?? buffer[i].placement ?? "_none"
+                    if only == nil || only == p { rows[key(p), default: Row()].timeouts += 1 }
+                }
             }
         }
         return rows.keys.sorted().compactMap { k in rows[k].map { $0.statistics(placement: k) } }
     }
 
-    /// One placement's row while counting.
     private struct Row {
         var calls = 0, fetches = 0, open = 0, errors = 0, targetingLost = 0, timeouts = 0
         var sources: [String: Int] = [:]
         var durations: [Double] = []
         var lastPreloadError: PreloadError?
 
-        mutating func add(_ c: Call, placement: String, bounds: Bounds) {
+        mutating func add(_ c: borrowing Call, placement: String, bounds: Bounds) {
             calls += 1
             if !c.finished { open += 1 }
             errors += CallStatistics.errors(of: c, placement: c.kind == .fetch ? nil : placement)

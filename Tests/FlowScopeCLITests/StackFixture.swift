@@ -96,7 +96,8 @@ final class StackFixture {
         }
         """
         try write(text, to: configPath)
-        let registry = try SinkRegistry(builtInSinkFactories + factories)
+        var registry = SinkRegistry.current
+        for factory in factories { try registry.register(factory) }
         let configPath = self.configPath
         stack = try SinkRegistry.$current.withValue(registry) {
             try ServeStack(config: try FlowScopeConfig.load(path: configPath), overrides: ServeStack.Overrides(port: 0, noDemo: true))
