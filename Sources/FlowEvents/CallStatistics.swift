@@ -39,15 +39,17 @@ public struct DurationPercentiles: Sendable, Hashable {
     }
 }
 
-/// Which events an answer was computed from: the newest `events` of the run (of every run,
-/// without one) that the store holds, and whether that is all it holds.
+/// Which events an answer was computed from: the run's events (every run's, without one) from
+/// `firstSeq` to `lastSeq`, and whether that is the whole run.
 public struct Coverage: Sendable, Hashable {
     /// Events read.
     public var events: Int
     /// Calls folded from them.
     public var calls: Int
-    /// Whether the events read are every event the store holds for the query (false: only the
-    /// newest `events`, the query window, were read).
+    /// Whether the events read are the whole run: every event of it the store counted (its run
+    /// summary's `events`) was read. False when the store forgot older events before they were read
+    /// (a memory sink past its capacity) or the run is longer than the read model's bound
+    /// (``CallCache/Limits/maxEvents``), when only its newest events are counted.
     public var complete: Bool
     /// Seq and wall clock of the oldest and the newest event read; nil when none was read.
     public var firstSeq: UInt64?

@@ -360,6 +360,32 @@ struct CallQueryTests {
         #expect(counting.largestLimit == 400, "/api/events with a placement reads the window of newest events")
     }
 
+    @Test("a stored run longer than the old 20,000-event window, read from the sqlite file after a restart: its statistics are the whole run's, and say so")
+    func storedRunCountedWhole() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        var b = Builder()
+        for i in 0..<6_000 { _ = b.fetch(at: Double(i), placement: "p\(i % 5)", duration: Double(i % 100) / 100, source: "network") }
+        let events = try b.envelopes()
+        do {
+            let writer = try SQLiteSink(path: dir + "/events.sqlite")
+            writer.consume(events)
+            writer.close()
+        }
+        let sqlite = try SQLiteSink(path: dir + "/events.sqlite")
+        defer { sqlite.close() }
+        let r = Self.router(LayeredEventStore(primary: MemorySink(), archive: sqlite))
+        let placements = Self.get(r, "/api/placements", [("run", "live")]).body
+        #expect(placements["coverage"]?["events"] == .number(Double(events.count)) && events.count == 24_000)
+        #expect(placements["coverage"]?["complete"] == true && placements["counts"]?["windowFull"] == false)
+        #expect(placements["totals"]?["fetches"] == 6_000)
+        #expect(placements["placements"]?.arrayValue?.map { $0["fetches"] } == Array(repeating: 1_200, count: 5))
+        let detail = Self.get(r, "/api/runs/live", []).body
+        #expect(detail["placements"] == placements["placements"] && detail["coverage"] == placements["coverage"])
+        let calls = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")]).body
+        #expect(calls["counts"]?["matched"] == 1_200 && calls["stats"]?["samples"] == 1_200)
+    }
+
     @Test("a run longer than the cache's bound: the answer covers its newest half-bound of events and says it is not complete")
     func boundedRun() throws {
         let memory = MemorySink(capacity: 100_000)
@@ -391,7 +417,9 @@ struct Builder {
     private mutating func hex(_ length: Int) -> String {
         next += 1
         let digits = String(next, radix: 16)
-        return digits + String(repeating: "b", count: max(0, length - digits.count))
+        // The number zero-padded, reversed: every id distinct (padding with a hex digit on the right made 0x1 and 0x1b
+        // one id), and ids differ in their first digits (trace prefixes tell them apart).
+        return String((String(repeating: "0", count: max(0, length - digits.count)) + digits).reversed())
     }
 
     private mutating func add(_ run: String, _ trace: String, _ span: String, _ name: String, _ placement: String?, _ at: Double,
