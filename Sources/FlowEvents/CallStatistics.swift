@@ -189,13 +189,23 @@ public enum CallStatistics {
 
     /// ``placements(_:placement:bounds:)`` over `calls[i]` for each `i` of `indices` (read in place).
     static func placements(_ calls: [Call], _ indices: [Int], placement only: String?, bounds: Bounds) -> [PlacementStatistics] {
-        var rows: [String: Row] = [:]
-        var names: [String: String] = [:] // placement -> its row key
-        func key(_ p: String) -> String {
+        var rows: [Row] = [], keys: [String] = []
+        var rowOf: [String: Int] = [:] // row key -> its index in rows
+        var names: [String: Int] = [:] // placement -> its row's index
+        func key(_ p: String) -> Int {
             if let k = names[p] { return k }
             let k = names.count < bounds.placements ? p : "_other"
-            names[p] = k
-            return k
+            let index: Int
+            if let existing = rowOf[k] {
+                index = existing
+            } else {
+                index = rows.count
+                rows.append(Row())
+                keys.append(k)
+                rowOf[k] = index
+            }
+            names[p] = index
+            return index
         }
         calls.withUnsafeBufferPointer { buffer in
             // In the order of their first event (by index: a call is large, and moving it is not free).
@@ -205,21 +215,21 @@ public enum CallStatistics {
             }
             for i in order {
                 if let own = buffer[i].placement {
-                    if only == nil || only == own { rows[key(own), default: Row()].add(buffer[i], placement: own, bounds: bounds) }
+                    if only == nil || only == own { rows[key(own)].add(buffer[i], placement: own, bounds: bounds) }
                 } else if buffer[i].kind == .fetch && only == nil {
-                    rows[key("_none"), default: Row()].add(buffer[i], placement: "_none", bounds: bounds)
+                    rows[key("_none")].add(buffer[i], placement: "_none", bounds: bounds)
                 } else {
                     for p in buffer[i].placements where only == nil || only == p {
-                        rows[key(p), default: Row()].add(buffer[i], placement: p, bounds: bounds)
+                        rows[key(p)].add(buffer[i], placement: p, bounds: bounds)
                     }
                 }
                 for t in buffer[i].timeouts {
                     let p = t.placement ?? buffer[i].placement ?? "_none"
-                    if only == nil || only == p { rows[key(p), default: Row()].timeouts += 1 }
+                    if only == nil || only == p { rows[key(p)].timeouts += 1 }
                 }
             }
         }
-        return rows.keys.sorted().compactMap { k in rows[k].map { $0.statistics(placement: k) } }
+        return keys.indices.sorted { keys[$0] < keys[$1] }.map { rows[$0].statistics(placement: keys[$0]) }
     }
 
     private struct Row {
