@@ -332,13 +332,19 @@ struct CallQueryTests {
         #expect(events([("limit", "1000")]).count == memory.events(limit: 1000).count)
     }
 
-    @Test("calls and placements cover the whole run, read in pages; a second query reads only the events that arrived since")
-    func wholeRunInPages() throws {
+    /// A memory sink holding a live run of 300 fetches (1,200 events) over three placements, and a
+    /// store over it that counts what it answers.
+    static func countedRun() throws -> (MemorySink, CountingStore) {
         let memory = MemorySink(capacity: 100_000)
         var b = Builder()
         for i in 0..<300 { _ = b.fetch(at: Double(i), placement: "p\(i % 3)", duration: 0.1, source: "network") }
         memory.consume(try b.envelopes())
-        let counting = CountingStore(memory)
+        return (memory, CountingStore(memory))
+    }
+
+    @Test("calls and placements cover the whole run, read in pages; a second query reads only the events that arrived since")
+    func wholeRunInPages() throws {
+        let (memory, counting) = try Self.countedRun()
         let r = Self.router(counting, window: 400, calls: CallCache.Limits(page: 250))
         let answer = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")])
         #expect(counting.largestLimit == 250, "pages of 250")
@@ -388,11 +394,7 @@ struct CallQueryTests {
 
     @Test("a run longer than the cache's bound: the answer covers its newest half-bound of events and says it is not complete")
     func boundedRun() throws {
-        let memory = MemorySink(capacity: 100_000)
-        var b = Builder()
-        for i in 0..<300 { _ = b.fetch(at: Double(i), placement: "p\(i % 3)", duration: 0.1, source: "network") }
-        memory.consume(try b.envelopes())
-        let counting = CountingStore(memory)
+        let (_, counting) = try Self.countedRun()
         let r = Self.router(counting, calls: CallCache.Limits(maxEvents: 800, page: 100))
         let answer = Self.get(r, "/api/placements", [("run", "live")])
         #expect(counting.largestLimit == 400, "pages of 100, then the newest 400")
