@@ -19,7 +19,7 @@ public final class CallCache: Sendable {
         /// Events read from the store per page.
         public var page: Int
         /// Bounds.
-        public init(maxEvents: Int = 500_000, maxRuns: Int = 16, page: Int = 10_000) {
+        public init(maxEvents: Int = 500_000, maxRuns: Int = 8, page: Int = 10_000) {
             self.maxEvents = max(2, maxEvents); self.maxRuns = max(1, maxRuns); self.page = max(1, page)
         }
     }
@@ -45,6 +45,8 @@ public final class CallCache: Sendable {
     }
 
     private struct Entry {
+        /// The store read, held so that its address (the key) is not another store's while the entry lives.
+        var store: (any EventStore)?
         var fold = CallFold()
         /// The newest seq folded (0: none).
         var lastSeq: UInt64 = 0
@@ -93,6 +95,7 @@ public final class CallCache: Sendable {
         return state.withLock { state in
             state.clock += 1
             var entry = state.entries.removeValue(forKey: key) ?? Entry()
+            entry.store = answering
             if update(&entry, store: answering, run: run) {
                 state.generations += 1
                 entry.generation = state.generations
