@@ -138,6 +138,12 @@ public struct Call: Sendable, Equatable {
     /// Every placement it concerns: its own, or the ones a preload names.
     public var allPlacements: [String] { placement.map { [$0] } ?? placements }
 
+    /// Whether the call concerns `placement`: `allPlacements.contains(placement)`, without building the list.
+    public func concerns(_ placement: String) -> Bool {
+        if let own = self.placement { return own == placement }
+        return placements.contains(placement)
+    }
+
     /// The placement a timeout of this call concerns: the one it names, else the call's own.
     public func placement(of timeout: Timeout) -> String? { timeout.placement ?? placement }
 }
@@ -171,6 +177,9 @@ public struct CallFold: Sendable {
     /// Every trace so far, calls and engine-level activity (see `Call.isCall`), in the order their
     /// first event arrived.
     public var traces: [Call] { folded }
+
+    /// How many of the traces are calls (`calls.count`, without building the list).
+    public var callCount: Int { folded.reduce(0) { $1.isCall ? $0 + 1 : $0 } }
 
     /// Adds one envelope.
     public mutating func add(_ e: Envelope) {

@@ -64,6 +64,9 @@ public struct CallFilter: Sendable, Equatable {
     public static let parameters = ["run", "placement", "call", "source", "audience", "variation", "targetingLost",
                                     "errorCode", "minDuration", "maxDuration", "trace", "q", "from", "to"]
 
+    /// Whether no filter but `run` is set: the answer is the whole run's (kept by ``CallCache``).
+    public var isRunOnly: Bool { placement == nil && !needsCalls }
+
     /// Whether any filter past `run` is set (the events must then be folded into calls).
     public var needsCalls: Bool {
         call != nil || source != nil || audience != nil || variation != nil || targetingLost != nil || errorCode != nil
@@ -157,9 +160,9 @@ public struct CallFilter: Sendable, Equatable {
     }
 
     /// Whether a call passes every filter; `events` are its envelopes (for the free text only).
-    public func matches(_ c: Call, events: [Envelope] = []) -> Bool {
+    public func matches(_ c: borrowing Call, events: [Envelope] = []) -> Bool {
         if let run, c.run != run { return false }
-        if let placement, !c.allPlacements.contains(placement) { return false }
+        if let placement, !c.concerns(placement) { return false }
         if let call, c.name != call { return false }
         if let source, c.source != source { return false }
         if let audience, c.audience != audience { return false }
@@ -186,7 +189,7 @@ public struct CallFilter: Sendable, Equatable {
 
     /// The call's error codes as this filter sees them: its own error code, and the codes of a
     /// preload's failed placements (with `placement` set, that placement's only).
-    public func failures(of c: Call) -> [JSONValue] {
+    public func failures(of c: borrowing Call) -> [JSONValue] {
         var codes = c.errorCode.map { [$0] } ?? []
         if let placement { codes += c.failed[placement].map { [$0] } ?? [] } else { codes += c.failed.keys.sorted().compactMap { c.failed[$0] } }
         return codes
@@ -217,18 +220,23 @@ public struct CallQueryError: Error, Sendable, Equatable, CustomStringConvertibl
     public var description: String { message }
 }
 
-/// Queries over an event store's newest events: calls that pass a filter, with their statistics
-/// (``CallStatistics``), and the events of those calls. Reads at most `window` newest events (of
-/// the run when one is given); every answer says which events it covers.
+/// Queries over an event store: calls that pass a filter, with their statistics
+/// (``CallStatistics``), and the events of those calls. Calls and statistics come from the whole
+/// run as the store holds it, folded once and kept up to date by ``CallCache`` (bounded by its
+/// `maxEvents`); every answer says which events it covers. `GET /api/events` with call filters reads
+/// at most the newest `window` events.
 public struct CallQuery: Sendable {
-    /// Most events read per query.
+    /// Most events an events query (``events(in:filter:since:limit:name:)``) reads.
     public var window: Int
     /// Bounds of the placements answer.
     public var bounds: CallStatistics.Bounds
-    /// A query reading at most `window` events (at least 1).
-    public init(window: Int = 20_000, bounds: CallStatistics.Bounds = CallStatistics.Bounds()) {
+    /// The calls of the runs queried so far, shared by copies of this query.
+    public let cache: CallCache
+    /// A query reading at most `window` events per events query (at least 1), keeping calls in `cache`.
+    public init(window: Int = 20_000, bounds: CallStatistics.Bounds = CallStatistics.Bounds(), cache: CallCache = CallCache()) {
         self.window = max(1, window)
         self.bounds = bounds
+        self.cache = cache
     }
 
     /// One finished fetch's duration, as the dashboard's histogram draws it.
@@ -277,49 +285,100 @@ public struct CallQuery: Sendable {
         return (events, events.count < window)
     }
 
-    /// The matching calls of `store`, newest first, at most `limit`.
+    /// The matching calls of `store`'s run (every run without one), newest first, at most `limit`.
     public func calls(in store: any EventStore, filter: CallFilter, limit: Int) -> Result {
-        let (events, complete) = read(store, run: filter.run)
-        return Self.calls(in: events, filter: filter, limit: limit, complete: complete)
+        let snapshot = cache.snapshot(of: store, run: filter.run)
+        let matched = filter.isRunOnly ? snapshot.newest : match(snapshot, in: store, filter: filter)
+        var result = filter.isRunOnly
+            ? cache.totals(snapshot) { Self.result(snapshot.traces, matched, filter: filter, coverage: snapshot.coverage, limit: 0) }
+            : Self.result(snapshot.traces, matched, filter: filter, coverage: snapshot.coverage, limit: 0)
+        result.calls = matched.prefix(max(0, limit)).map { snapshot.traces[$0] }
+        return result
     }
 
     /// The matching calls of `events` (oldest first), newest first, at most `limit`.
     public static func calls(in events: [Envelope], filter: CallFilter, limit: Int, complete: Bool = true) -> Result {
         let all = CallFold.calls(events)
-        let matched = match(all, events: events, filter: filter)
+        return result(all, matchIndices(all, events: events, filter: filter), filter: filter,
+                      coverage: Coverage(events: events, calls: all.count, complete: complete), limit: limit)
+    }
+
+    /// The answer over `calls[i]` for each `i` of `matched` (newest first), with the first `limit` listed.
+    private static func result(_ calls: [Call], _ matched: [Int], filter: CallFilter, coverage: Coverage, limit: Int) -> Result {
         var samples: [Sample] = []
-        for c in matched where c.kind == .fetch && c.finished && (filter.placement == nil || c.placement == filter.placement) {
-            guard let d = c.duration else { continue }
-            samples.append(Sample(duration: d, source: c.errorCode != nil ? "error" : (c.source ?? "other"), trace: c.trace,
-                                  placement: c.placement))
+        calls.withUnsafeBufferPointer { buffer in
+            for i in matched where buffer[i].kind == .fetch && buffer[i].finished
+                && (filter.placement == nil || buffer[i].placement == filter.placement) {
+                guard let d = buffer[i].duration else { continue }
+                samples.append(Sample(duration: d, source: buffer[i].errorCode != nil ? "error" : (buffer[i].source ?? "other"),
+                                      trace: buffer[i].trace, placement: buffer[i].placement))
+            }
         }
-        return Result(calls: Array(matched.prefix(max(0, limit))), matched: matched.count,
-                      coverage: Coverage(events: events, calls: all.count, complete: complete),
-                      totals: CallStatistics.totals(matched, placement: filter.placement), durations: samples)
+        return Result(calls: matched.prefix(max(0, limit)).map { calls[$0] }, matched: matched.count, coverage: coverage,
+                      totals: CallStatistics.totals(calls, matched, placement: filter.placement), durations: samples)
     }
 
     /// The placements table over the calls of `store` that pass `filter` (see the static variant).
     public func placements(in store: any EventStore, filter: CallFilter) -> Placements {
-        let (events, complete) = read(store, run: filter.run)
-        return Self.placements(in: events, filter: filter, complete: complete, bounds: bounds)
+        let snapshot = cache.snapshot(of: store, run: filter.run)
+        let bounds = self.bounds
+        if filter.isRunOnly {
+            return cache.placements(snapshot, bounds: bounds) {
+                Self.placements(snapshot.traces, snapshot.newest, filter: filter, coverage: snapshot.coverage, bounds: bounds)
+            }
+        }
+        return Self.placements(snapshot.traces, match(snapshot, in: store, filter: filter), filter: filter, coverage: snapshot.coverage,
+                               bounds: bounds)
     }
 
-    /// Per placement, the statistics of the matching calls of `events` that concern it (a preload
-    /// counts for each placement it names; with `placement` set, for that one only). No filter and
-    /// a filter that excludes nothing give the same answer.
+    /// The answer over `calls[i]` for each `i` of `matched`.
+    private static func placements(_ calls: [Call], _ matched: [Int], filter: CallFilter, coverage: Coverage,
+                                   bounds: CallStatistics.Bounds) -> Placements {
+        Placements(run: filter.run, placements: CallStatistics.placements(calls, matched, placement: filter.placement, bounds: bounds),
+                   matched: matched.count, totals: CallStatistics.totals(calls, matched, placement: filter.placement), coverage: coverage)
+    }
+
+    /// The calls of `snapshot` that pass `filter`, as indices into its traces, newest first; with free
+    /// text, the run's events are read from `store` (in pages, as the cache reads them) for the calls'
+    /// attributes.
+    private func match(_ snapshot: CallCache.Snapshot, in store: any EventStore, filter: CallFilter) -> [Int] {
+        var byTrace: [String: [Envelope]] = [:]
+        if filter.text != nil {
+            var since: UInt64 = 0
+            let page = cache.limits.page
+            var read = 0
+            while read < cache.limits.maxEvents {
+                let events = store.events(since: since, limit: page, run: filter.run, placement: nil, name: nil)
+                for e in events { byTrace[e.trace.hex, default: []].append(e) }
+                read += events.count
+                guard events.count == page, let last = events.last?.seq else { break }
+                since = last
+            }
+        }
+        return snapshot.traces.withUnsafeBufferPointer { buffer in
+            snapshot.newest.filter { filter.matches(buffer[$0], events: byTrace[buffer[$0].trace] ?? []) }
+        }
+    }
+
+    /// The placements table over the matching calls of `events` (oldest first) (a preload counts for
+    /// each placement it names; with `placement` set, for that one only). No filter and a filter that
+    /// excludes nothing give the same answer.
     public static func placements(in events: [Envelope], filter: CallFilter, complete: Bool = true,
                                   bounds: CallStatistics.Bounds = CallStatistics.Bounds()) -> Placements {
         let all = CallFold.calls(events)
-        let matched = match(all, events: events, filter: filter)
-        return Placements(run: filter.run, placements: CallStatistics.placements(matched, placement: filter.placement, bounds: bounds),
-                          matched: matched.count, totals: CallStatistics.totals(matched, placement: filter.placement),
-                          coverage: Coverage(events: events, calls: all.count, complete: complete))
+        return placements(all, matchIndices(all, events: events, filter: filter), filter: filter,
+                          coverage: Coverage(events: events, calls: all.count, complete: complete), bounds: bounds)
+    }
+
+    /// The indices of the calls of `all` that pass `filter`; `events` are theirs (for the free text).
+    private static func matchIndices(_ all: [Call], events: [Envelope], filter: CallFilter) -> [Int] {
+        let byTrace = filter.text == nil ? [:] : Dictionary(grouping: events, by: { $0.trace.hex })
+        return all.indices.filter { filter.matches(all[$0], events: byTrace[all[$0].trace] ?? []) }
     }
 
     /// The calls of `all` that pass `filter`; `events` are theirs (for the free text).
     private static func match(_ all: [Call], events: [Envelope], filter: CallFilter) -> [Call] {
-        let byTrace = filter.text == nil ? [:] : Dictionary(grouping: events, by: { $0.trace.hex })
-        return all.filter { filter.matches($0, events: byTrace[$0.trace] ?? []) }
+        matchIndices(all, events: events, filter: filter).map { all[$0] }
     }
 
     /// The events of `store` that pass `filter`: with call filters, the events of the matching calls;

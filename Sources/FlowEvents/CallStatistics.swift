@@ -39,15 +39,17 @@ public struct DurationPercentiles: Sendable, Hashable {
     }
 }
 
-/// Which events an answer was computed from: the newest `events` of the run (of every run,
-/// without one) that the store holds, and whether that is all it holds.
+/// Which events an answer was computed from: the run's events (every run's, without one) from
+/// `firstSeq` to `lastSeq`, and whether that is the whole run.
 public struct Coverage: Sendable, Hashable {
     /// Events read.
     public var events: Int
     /// Calls folded from them.
     public var calls: Int
-    /// Whether the events read are every event the store holds for the query (false: only the
-    /// newest `events`, the query window, were read).
+    /// Whether the events read are the whole run: every event of it the store counted (its run
+    /// summary's `events`) was read. False when the store forgot older events before they were read
+    /// (a memory sink past its capacity) or the run is longer than the read model's bound
+    /// (``CallCache/Limits/maxEvents``), when only its newest events are counted.
     public var complete: Bool
     /// Seq and wall clock of the oldest and the newest event read; nil when none was read.
     public var firstSeq: UInt64?
@@ -64,6 +66,12 @@ public struct Coverage: Sendable, Hashable {
         lastSeq = events.last?.seq
         from = events.first?.ts
         to = events.last?.ts
+    }
+
+    /// A coverage of `events` events from `firstSeq` to `lastSeq`, folded into `calls` calls.
+    public init(events: Int, calls: Int, complete: Bool, firstSeq: UInt64?, lastSeq: UInt64?, from: Double?, to: Double?) {
+        self.events = events; self.calls = calls; self.complete = complete
+        self.firstSeq = firstSeq; self.lastSeq = lastSeq; self.from = from; self.to = to
     }
 }
 
@@ -130,7 +138,7 @@ public enum CallStatistics {
 
     /// The errors call `c` counts for `placement` (nil: for itself): a fetch that ended with an
     /// error counts 1; a preload counts each placement its end reports failed.
-    public static func errors(of c: Call, placement: String? = nil) -> Int {
+    public static func errors(of c: borrowing Call, placement: String? = nil) -> Int {
         switch c.kind {
         case .fetch:
             guard c.finished, c.errorCode != nil else { return 0 }
@@ -143,61 +151,94 @@ public enum CallStatistics {
 
     /// Totals over `calls`; with `placement`, only what concerns that placement.
     public static func totals(_ calls: [Call], placement: String? = nil) -> CallTotals {
+        totals(calls, Array(calls.indices), placement: placement)
+    }
+
+    /// Totals over `calls[i]` for each `i` of `indices` (each call read in place, never copied).
+    static func totals(_ calls: [Call], _ indices: [Int], placement: String?) -> CallTotals {
         var t = CallTotals()
         var durations: [Double] = []
-        for c in calls {
-            let concerns = placement.map { c.allPlacements.contains($0) } ?? true
-            if concerns {
-                t.calls += 1
-                if !c.finished { t.open += 1 }
-            }
-            t.errors += errors(of: c, placement: placement)
-            t.timeouts += c.timeouts.filter { placement == nil || c.placement(of: $0) == placement }.count
-            guard concerns, c.kind == .fetch, c.finished else { continue }
-            t.fetches += 1
-            if c.targetingLost { t.targetingLost += 1 }
-            if c.errorCode == nil, let s = c.source { t.sources[s, default: 0] += 1 }
-            if let d = c.duration { durations.append(d) }
+        calls.withUnsafeBufferPointer { buffer in
+            for i in indices { add(buffer[i], to: &t, durations: &durations, placement: placement) }
         }
         t.duration = DurationPercentiles(durations)
         return t
+    }
+
+    private static func add(_ c: borrowing Call, to t: inout CallTotals, durations: inout [Double], placement: String?) {
+        let concerns = placement.map { c.concerns($0) } ?? true
+        if concerns {
+            t.calls += 1
+            if !c.finished { t.open += 1 }
+        }
+        t.errors += errors(of: c, placement: placement)
+        for timeout in c.timeouts where placement == nil || (timeout.placement ?? c.placement) == placement { t.timeouts += 1 }
+        guard concerns, c.kind == .fetch, c.finished else { return }
+        t.fetches += 1
+        if c.targetingLost { t.targetingLost += 1 }
+        if c.errorCode == nil, let s = c.source { t.sources[s, default: 0] += 1 }
+        if let d = c.duration { durations.append(d) }
     }
 
     /// Statistics per placement over `calls`, sorted by placement; with `placement`, that one only.
     /// A preload counts for each placement it names. Past `bounds.placements` placements (in the
     /// order of their first call), calls count under `_other`.
     public static func placements(_ calls: [Call], placement only: String? = nil, bounds: Bounds = Bounds()) -> [PlacementStatistics] {
-        var rows: [String: Row] = [:]
-        var names: [String: String] = [:] // placement -> its row key
-        func key(_ p: String) -> String {
-            if let k = names[p] { return k }
-            let k = names.count < bounds.placements ? p : "_other"
-            names[p] = k
-            return k
-        }
-        let ordered = calls.sorted { $0.firstSeq < $1.firstSeq }
-        for c in ordered {
-            var concerned = only.map { c.allPlacements.contains($0) ? [$0] : [] } ?? c.allPlacements
-            if c.kind == .fetch, c.placement == nil, only == nil { concerned = ["_none"] }
-            for p in concerned {
-                rows[key(p), default: Row()].add(c, placement: p, bounds: bounds)
-            }
-            for t in c.timeouts {
-                let p = c.placement(of: t) ?? "_none"
-                if only == nil || only == p { rows[key(p), default: Row()].timeouts += 1 }
-            }
-        }
-        return rows.keys.sorted().compactMap { k in rows[k].map { $0.statistics(placement: k) } }
+        placements(calls, Array(calls.indices), placement: only, bounds: bounds)
     }
 
-    /// One placement's row while counting.
+    /// ``placements(_:placement:bounds:)`` over `calls[i]` for each `i` of `indices` (read in place).
+    static func placements(_ calls: [Call], _ indices: [Int], placement only: String?, bounds: Bounds) -> [PlacementStatistics] {
+        var rows: [Row] = [], keys: [String] = []
+        var rowOf: [String: Int] = [:] // row key -> its index in rows
+        var names: [String: Int] = [:] // placement -> its row's index
+        func key(_ p: String) -> Int {
+            if let k = names[p] { return k }
+            let k = names.count < bounds.placements ? p : "_other"
+            let index: Int
+            if let existing = rowOf[k] {
+                index = existing
+            } else {
+                index = rows.count
+                rows.append(Row())
+                keys.append(k)
+                rowOf[k] = index
+            }
+            names[p] = index
+            return index
+        }
+        calls.withUnsafeBufferPointer { buffer in
+            // In the order of their first event (by index: a call is large, and moving it is not free).
+            var order = indices
+            if zip(order, order.dropFirst()).contains(where: { buffer[$0].firstSeq > buffer[$1].firstSeq }) {
+                order.sort { buffer[$0].firstSeq != buffer[$1].firstSeq ? buffer[$0].firstSeq < buffer[$1].firstSeq : $0 < $1 }
+            }
+            for i in order {
+                if let own = buffer[i].placement {
+                    if only == nil || only == own { rows[key(own)].add(buffer[i], placement: own, bounds: bounds) }
+                } else if buffer[i].kind == .fetch && only == nil {
+                    rows[key("_none")].add(buffer[i], placement: "_none", bounds: bounds)
+                } else {
+                    for p in buffer[i].placements where only == nil || only == p {
+                        rows[key(p)].add(buffer[i], placement: p, bounds: bounds)
+                    }
+                }
+                for t in buffer[i].timeouts {
+                    let p = t.placement ?? buffer[i].placement ?? "_none"
+                    if only == nil || only == p { rows[key(p)].timeouts += 1 }
+                }
+            }
+        }
+        return keys.indices.sorted { keys[$0] < keys[$1] }.map { rows[$0].statistics(placement: keys[$0]) }
+    }
+
     private struct Row {
         var calls = 0, fetches = 0, open = 0, errors = 0, targetingLost = 0, timeouts = 0
         var sources: [String: Int] = [:]
         var durations: [Double] = []
         var lastPreloadError: PreloadError?
 
-        mutating func add(_ c: Call, placement: String, bounds: Bounds) {
+        mutating func add(_ c: borrowing Call, placement: String, bounds: Bounds) {
             calls += 1
             if !c.finished { open += 1 }
             errors += CallStatistics.errors(of: c, placement: c.kind == .fetch ? nil : placement)

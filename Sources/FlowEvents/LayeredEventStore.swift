@@ -26,7 +26,7 @@ public struct LayeredEventStore: EventStore {
 
     /// The store that answers for `run`: the archive for a run the primary does not hold and the
     /// archive does; the primary otherwise, and without a run.
-    private func store(for run: String?) -> any EventStore {
+    public func store(for run: String?) -> any EventStore {
         guard let run, !primary.holdsRun(run), archive.holdsRun(run) else { return primary }
         return archive
     }

@@ -141,6 +141,9 @@ public protocol SinkFactory: Sendable {
     /// Checks what parsing cannot (a directory that must exist, a command on the PATH) without side
     /// effects. Default: nothing more.
     func validate(_ options: Options, context: SinkContext) throws(JSONInputError)
+    /// The files the sink writes and the programs it starts, which `check-config` and `serve` check
+    /// before any sink is built (see ``SinkRequirements``). Default: none.
+    func requirements(_ options: Options, context: SinkContext) -> SinkRequirements
     /// Builds the sink (it may open files, start programs). Errors are reported at the entry's path.
     func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink
 }
@@ -148,6 +151,8 @@ public protocol SinkFactory: Sendable {
 extension SinkFactory {
     /// Nothing to check beyond parsing.
     public func validate(_ options: Options, context: SinkContext) throws(JSONInputError) {}
+    /// No files, no programs.
+    public func requirements(_ options: Options, context: SinkContext) -> SinkRequirements { SinkRequirements() }
 }
 
 /// A sink type that could not be registered.
@@ -172,6 +177,7 @@ public struct SinkRegistry: Sendable {
     /// A factory with its options type erased.
     private struct Entry: Sendable {
         var validate: @Sendable (SinkContext) throws(JSONInputError) -> Void
+        var requirements: @Sendable (SinkContext) throws(JSONInputError) -> SinkRequirements
         var make: @Sendable (SinkContext) throws -> any EventSink
     }
 
@@ -195,6 +201,7 @@ public struct SinkRegistry: Sendable {
         }
         entries[type] = Entry(
             validate: { context throws(JSONInputError) in try factory.validate(try factory.options(from: context), context: context) },
+            requirements: { context throws(JSONInputError) in factory.requirements(try factory.options(from: context), context: context) },
             make: { context in
                 let options = try factory.options(from: context)
                 do {
@@ -227,6 +234,18 @@ public struct SinkRegistry: Sendable {
                                 configDirectory: configDirectory) {
             try entry(item.type, path: item.context.path).validate(item.context)
         }
+    }
+
+    /// What every enabled entry of a config's `sinks` list needs (``SinkRequirements``), with the
+    /// entry's JSON path (`$.sinks[2]`), in order. Opens nothing.
+    public func requirements(_ value: JSONValue?, path: String = "$.sinks", stateDirectory: String,
+                             version: String, configDirectory: String? = nil) throws(JSONInputError) -> [(path: String, requirements: SinkRequirements)] {
+        var out: [(path: String, requirements: SinkRequirements)] = []
+        for item in try entries(value, path: path, stateDirectory: stateDirectory, version: version,
+                                configDirectory: configDirectory) where item.enabled {
+            out.append((item.context.path, try entry(item.type, path: item.context.path).requirements(item.context)))
+        }
+        return out
     }
 
     /// Builds every enabled sink of a config's `sinks` list (`[{ "type": ..., "name": ...,

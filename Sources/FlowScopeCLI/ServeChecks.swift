@@ -38,182 +38,203 @@ struct ServeChecks: Sendable {
     /// `engine.fallbackFile`, loaded.
     let fallback: FallbackFile?
 
-    /// Runs the checks in order: state directory, TLS files, token, web root, sinks, demo scenario,
-    /// the demo's cache directory, engine fallback file.
+    /// Runs the checks in order: state directory, TLS files, token, web root, sinks (options, then
+    /// the files and programs their factories declare), demo scenario, the demo's cache directory,
+    /// engine fallback file. The first failure is thrown.
     init(config: FlowScopeConfig, overrides: ServeStack.Overrides) throws(ServeStack.StartError) {
-        let file = config.file ?? FlowScopeConfig.embeddedName
+        let input = Input(config: config, overrides: overrides)
+        stateDir = try Self.stateDirectory(input)
+        tls = try Self.tlsSource(input, stateDir: stateDir)
+        try Self.checkToken(input, stateDir: stateDir)
+        web = try Self.webRoot(input)
+        try Self.checkSinks(input, stateDir: stateDir)
+        (demo, population) = try Self.demoBackend(input)
+        cacheDir = demo == nil ? nil : try Self.demoCacheDirectory(input, stateDir: stateDir)
+        fallback = try Self.fallbackFile(input)
+    }
+
+    /// What every check reads, and how a failure names the config file and key.
+    struct Input {
+        let config: FlowScopeConfig
+        let overrides: ServeStack.Overrides
+        var file: String { config.file ?? FlowScopeConfig.embeddedName }
+
+        /// `<file>: $.<key>: <absolute path>: <problem>`.
         func fail(_ key: String, _ path: String, _ problem: String) -> ServeStack.StartError {
             ServeStack.StartError(description: "\(file): $.\(key): \(FlowScopeConfig.absolutePath(path)): \(problem)")
         }
 
-        // The state directory: an existing writable directory, or one that can be created.
-        let stateDir = overrides.stateDir ?? config.server.stateDir
-        if let problem = Self.directoryProblem(stateDir) {
-            if overrides.stateDir != nil {
-                throw ServeStack.StartError(description: "--state-dir \(FlowScopeConfig.absolutePath(stateDir)): \(problem)")
-            }
-            if config.server.stateDir == FlowScopeConfig.Server().stateDir {
-                throw ServeStack.StartError(description: "state directory \(FlowScopeConfig.absolutePath(stateDir)): \(problem) "
-                                            + "(set server.stateDir or --state-dir)")
-            }
-            throw fail("server.stateDir", stateDir, problem)
+        /// `<file>: $.<key>: <message>`.
+        func fail(_ key: String, _ message: String) -> ServeStack.StartError {
+            ServeStack.StartError(description: "\(file): $.\(key): \(message)")
         }
-        self.stateDir = stateDir
+    }
 
-        // TLS: a configured pair must exist, be PEM and match; a generated pair is read if present.
-        if overrides.insecureHTTP {
-            tls = .none
-        } else if let cert = config.server.tlsCert, let key = config.server.tlsKey {
-            if let problem = Self.fileProblem(cert) { throw fail("server.tls.cert", cert, problem) }
-            if let problem = Self.fileProblem(key) { throw fail("server.tls.key", key, problem) }
+    /// The state directory: an existing writable directory, or one that can be created.
+    static func stateDirectory(_ input: Input) throws(ServeStack.StartError) -> String {
+        let config = input.config, overrides = input.overrides
+        let stateDir = overrides.stateDir ?? config.server.stateDir
+        guard let problem = directoryProblem(stateDir) else { return stateDir }
+        if overrides.stateDir != nil {
+            throw ServeStack.StartError(description: "--state-dir \(FlowScopeConfig.absolutePath(stateDir)): \(problem)")
+        }
+        if config.server.stateDir == FlowScopeConfig.Server().stateDir {
+            throw ServeStack.StartError(description: "state directory \(FlowScopeConfig.absolutePath(stateDir)): \(problem) "
+                                        + "(set server.stateDir or --state-dir)")
+        }
+        throw input.fail("server.stateDir", stateDir, problem)
+    }
+
+    /// TLS: a configured pair must exist, be PEM and match; a generated pair is read if present.
+    static func tlsSource(_ input: Input, stateDir: String) throws(ServeStack.StartError) -> TLSSource {
+        let server = input.config.server
+        if input.overrides.insecureHTTP { return .none }
+        if let cert = server.tlsCert, let key = server.tlsKey {
+            if let problem = fileProblem(cert) { throw input.fail("server.tls.cert", cert, problem) }
+            if let problem = fileProblem(key) { throw input.fail("server.tls.key", key, problem) }
             do throws(ServerFileError) {
                 _ = try TLSMaterial.load(certPath: cert, keyPath: key)
             } catch {
-                throw fail(error.path == key ? "server.tls.key" : "server.tls.cert", error.path, error.message)
+                throw input.fail(error.path == key ? "server.tls.key" : "server.tls.cert", error.path, error.message)
             }
-            tls = .configured(cert: cert, key: key)
-        } else {
-            let directory = config.server.tlsDir ?? stateDir + "/tls"
-            let key = config.server.tlsDir != nil ? "server.tls.dir" : "server.stateDir"
-            let certFile = directory + "/cert.pem", keyFile = directory + "/key.pem"
-            let haveCert = FileManager.default.fileExists(atPath: certFile), haveKey = FileManager.default.fileExists(atPath: keyFile)
-            if haveCert && haveKey {
-                do throws(ServerFileError) {
-                    _ = try TLSMaterial.load(certPath: certFile, keyPath: keyFile)
-                } catch {
-                    throw fail(key, error.path, error.message + " (remove cert.pem and key.pem to regenerate)")
-                }
-            } else if haveCert != haveKey {
-                throw fail(key, haveCert ? keyFile : certFile, "not found while its pair exists; remove both files to regenerate")
-            } else if let problem = Self.directoryProblem(directory) {
-                throw fail(key, directory, problem)
-            }
-            tls = .generated(directory: directory)
+            return .configured(cert: cert, key: key)
         }
+        let directory = server.tlsDir ?? stateDir + "/tls"
+        let key = server.tlsDir != nil ? "server.tls.dir" : "server.stateDir"
+        let certFile = directory + "/cert.pem", keyFile = directory + "/key.pem"
+        let haveCert = FileManager.default.fileExists(atPath: certFile), haveKey = FileManager.default.fileExists(atPath: keyFile)
+        if haveCert && haveKey {
+            do throws(ServerFileError) {
+                _ = try TLSMaterial.load(certPath: certFile, keyPath: keyFile)
+            } catch {
+                throw input.fail(key, error.path, error.message + " (remove cert.pem and key.pem to regenerate)")
+            }
+        } else if haveCert != haveKey {
+            throw input.fail(key, haveCert ? keyFile : certFile, "not found while its pair exists; remove both files to regenerate")
+        } else if let problem = directoryProblem(directory) {
+            throw input.fail(key, directory, problem)
+        }
+        return .generated(directory: directory)
+    }
 
-        // The token: a configured one is well formed; a generated one already on disk is readable.
+    /// The token: a configured one is well formed; a generated one already on disk is readable.
+    static func checkToken(_ input: Input, stateDir: String) throws(ServeStack.StartError) {
         do throws(ServerFileError) {
-            if let configured = config.server.token {
+            if let configured = input.config.server.token {
                 _ = try AuthToken(configured: configured)
             } else if FileManager.default.fileExists(atPath: AuthToken.path(stateDir: stateDir)) {
                 _ = try AuthToken.loadOrCreate(stateDir: stateDir)  // reads only: the file exists
             }
         } catch {
-            throw config.server.token != nil
-                ? ServeStack.StartError(description: "\(file): $.server.auth.token: \(error.message)")
-                : fail("server.stateDir", error.path, error.message)
+            throw input.config.server.token != nil ? input.fail("server.auth.token", error.message)
+                                                   : input.fail("server.stateDir", error.path, error.message)
         }
+    }
 
-        // The dashboard: a configured web root is a directory with an index.html, so GET / has a page.
-        if let root = config.server.webRoot {
-            if let problem = Self.directoryProblem(root, mustExist: true, writable: false) { throw fail("server.webRoot", root, problem) }
-            do throws(ServerFileError) {
-                web = try StaticFiles(root: root)
-            } catch {
-                throw fail("server.webRoot", root, error.message)
-            }
-            guard web.hasIndex else {
-                throw fail("server.webRoot", root, "has no index.html, so GET / would have nothing to serve")
-            }
-        } else {
-            web = StaticFiles(files: EmbeddedFiles.dashboard, label: "(embedded dashboard)")
+    /// The dashboard: a configured web root is a directory with an index.html, so GET / has a page.
+    static func webRoot(_ input: Input) throws(ServeStack.StartError) -> StaticFiles {
+        guard let root = input.config.server.webRoot else { return StaticFiles(files: EmbeddedFiles.dashboard, label: "(embedded dashboard)") }
+        if let problem = directoryProblem(root, mustExist: true, writable: false) { throw input.fail("server.webRoot", root, problem) }
+        let web: StaticFiles
+        do throws(ServerFileError) {
+            web = try StaticFiles(root: root)
+        } catch {
+            throw input.fail("server.webRoot", root, error.message)
         }
+        guard web.hasIndex else { throw input.fail("server.webRoot", root, "has no index.html, so GET / would have nothing to serve") }
+        return web
+    }
 
-        // Sinks: every option valid (the registry's validation, which opens nothing), and every file
-        // a sink writes in a directory that exists or can be created.
+    /// Sinks: every option valid (the registry's validation, which opens nothing), then what each
+    /// enabled sink's factory declares it needs (``SinkRequirements``): its files and its programs.
+    static func checkSinks(_ input: Input, stateDir: String) throws(ServeStack.StartError) {
+        let config = input.config
+        let needs: [(path: String, requirements: SinkRequirements)]
         do throws(JSONInputError) {
             try SinkRegistry.current.validateSinks(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
                                                    configDirectory: config.directory)
+            needs = try SinkRegistry.current.requirements(config.sinks, stateDirectory: stateDir, version: flowScopeVersion,
+                                                          configDirectory: config.directory)
         } catch {
-            throw ServeStack.StartError(description: error.inFile(file).description)
+            throw ServeStack.StartError(description: error.inFile(input.file).description)
         }
         // Each file written by one sink only, and never the config file itself (an events file
         // appended to the config would leave a config that no longer parses).
         var writers: [String: String] = [:]
-        if let configFile = config.file { writers[Self.identity(of: configFile)] = "the config file" }
-        for (i, sink) in (config.sinks.arrayValue ?? []).enumerated() where sink["enabled"]?.boolValue != false {
-            for (key, path) in Self.writtenFiles(sink, configDirectory: config.directory, stateDirectory: stateDir) {
-                let identity = Self.identity(of: path)
+        if let configFile = config.file { writers[identity(of: configFile)] = "the config file" }
+        for (entry, requirements) in needs {
+            let at = String(entry.dropFirst(2))  // `sinks[2]`: `fail` adds the `$.`
+            for file in requirements.files {
+                let key = at + "." + file.option
+                let identity = identity(of: file.path)
                 if let other = writers[identity] {
-                    throw fail("sinks[\(i)].\(key)", path, "already written by \(other) (give each sink a file of its own)")
+                    throw input.fail(key, file.path, "already written by \(other) (give each sink a file of its own)")
                 }
-                writers[identity] = "$.sinks[\(i)].\(key)"
-                var st = stat()
-                if stat(path, &st) == 0 {
-                    if (st.st_mode & S_IFMT) == S_IFDIR { throw fail("sinks[\(i)].\(key)", path, "is a directory, expected a file") }
-                    if access(path, W_OK) != 0 { throw fail("sinks[\(i)].\(key)", path, Self.describe(errno: errno)) }
-                    if sink["type"]?.stringValue == "sqlite", let problem = Self.sqliteFileProblem(path, st) {
-                        throw fail("sinks[\(i)].\(key)", path, problem)
-                    }
-                } else if let problem = Self.directoryProblem(FilePaths.directory(of: path)) {
-                    let directory = FlowScopeConfig.absolutePath(FilePaths.directory(of: path))
-                    throw fail("sinks[\(i)].\(key)", path, "directory \(directory): \(problem)")
+                writers[identity] = "$." + key
+                if let problem = writableFileProblem(file.path, format: file.format) { throw input.fail(key, file.path, problem) }
+            }
+            for program in requirements.programs {
+                if let problem = SinkRequirements.problem(program: program.program) {
+                    throw input.fail(at + "." + program.option, "\(program.program): \(problem)")
                 }
             }
-        }
-
-        // The demo backend: the population's, or the configured scenario file, or the embedded one, parses.
-        population = config.demo.enabled && !overrides.noDemo ? config.demo.population : nil
-        if let population {
-            demo = population.demoScenario
-        } else if config.demo.enabled && !overrides.noDemo {
-            let text: String, name: String
-            if let path = config.demo.scenario {
-                if let problem = Self.fileProblem(path) { throw fail("demo.scenario", path, problem) }
-                guard let data = FileManager.default.contents(atPath: path) else { throw fail("demo.scenario", path, "not readable") }
-                text = String(decoding: data, as: UTF8.self)
-                name = path
-            } else {
-                text = EmbeddedFiles.demoScenario
-                name = EmbeddedFiles.demoScenarioName
-            }
-            do throws(JSONInputError) {
-                demo = try Scenario.decode(text, file: name)
-            } catch {
-                throw ServeStack.StartError(description: "\(file): $.demo.scenario: \(error.description)")
-            }
-        } else {
-            demo = nil
-        }
-
-        // The demo's cache directory: an existing writable directory, or one that can be created.
-        if demo != nil {
-            let directory = config.engine.cacheDir ?? stateDir + "/cache"
-            if let problem = Self.directoryProblem(directory) { throw fail("engine.cacheDir", directory, problem) }
-            cacheDir = directory
-        } else {
-            cacheDir = nil
-        }
-
-        // The engine's fallback file: loaded and checked as a client configured with it would
-        // (fetch-rules.md, "The fallback file"), so a missing or broken one is found now.
-        if let path = config.engine.fallbackFile {
-            if let problem = Self.fileProblem(path) { throw fail("engine.fallbackFile", path, problem) }
-            do throws(JSONInputError) {
-                fallback = try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
-            } catch {
-                throw ServeStack.StartError(description: "\(file): $.engine.fallbackFile: \(error.description)")
-            }
-        } else {
-            fallback = nil
         }
     }
 
-    /// The files a sink entry writes, by option: `path` (any type; the config loader has resolved it
-    /// already; for `jsonl` and `sqlite` its default in `stateDirectory` when absent) and the `otlp`
-    /// sink's `file`, resolved against `configDirectory` as its factory resolves it.
-    static func writtenFiles(_ sink: JSONValue, configDirectory: String?, stateDirectory: String) -> [(key: String, path: String)] {
-        var files: [(key: String, path: String)] = []
-        if let path = sink["path"]?.stringValue {
-            files.append(("path", path))
-        } else if let name = ["jsonl": "events.jsonl", "sqlite": "events.sqlite"][sink["type"]?.stringValue ?? ""] {
-            files.append(("path", stateDirectory + "/" + name))
+    /// Why a sink cannot write `path`, or nil: an existing file must be a writable file (of `format`,
+    /// when given); a missing one needs a directory that exists or can be created.
+    static func writableFileProblem(_ path: String, format: SinkRequirements.FileFormat?) -> String? {
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            return directoryProblem(FilePaths.directory(of: path)).map {
+                "directory \(FlowScopeConfig.absolutePath(FilePaths.directory(of: path))): \($0)"
+            }
         }
-        if sink["type"]?.stringValue == "otlp", let file = sink["file"]?.stringValue, !file.isEmpty {
-            let resolved = SinkContext(options: ["file": .string(file)], configDirectory: configDirectory)
-            files.append(("file", (try? resolved.filePath("file")) ?? file))
+        if (st.st_mode & S_IFMT) == S_IFDIR { return "is a directory, expected a file" }
+        if access(path, W_OK) != 0 { return describe(errno: errno) }
+        guard let format else { return nil }
+        return formatProblem(path, st, format)
+    }
+
+    /// The demo backend: the population's, or the configured scenario file, or the embedded one, parses.
+    static func demoBackend(_ input: Input) throws(ServeStack.StartError) -> (Scenario?, Population?) {
+        let demo = input.config.demo
+        guard demo.enabled && !input.overrides.noDemo else { return (nil, nil) }
+        if let population = demo.population { return (population.demoScenario, population) }
+        let text: String, name: String
+        if let path = demo.scenario {
+            if let problem = fileProblem(path) { throw input.fail("demo.scenario", path, problem) }
+            guard let data = FileManager.default.contents(atPath: path) else { throw input.fail("demo.scenario", path, "not readable") }
+            text = String(decoding: data, as: UTF8.self)
+            name = path
+        } else {
+            text = EmbeddedFiles.demoScenario
+            name = EmbeddedFiles.demoScenarioName
         }
-        return files
+        do throws(JSONInputError) {
+            return (try Scenario.decode(text, file: name), nil)
+        } catch {
+            throw input.fail("demo.scenario", error.description)
+        }
+    }
+
+    /// The demo's cache directory: an existing writable directory, or one that can be created.
+    static func demoCacheDirectory(_ input: Input, stateDir: String) throws(ServeStack.StartError) -> String {
+        let directory = input.config.engine.cacheDir ?? stateDir + "/cache"
+        if let problem = directoryProblem(directory) { throw input.fail("engine.cacheDir", directory, problem) }
+        return directory
+    }
+
+    /// The engine's fallback file: loaded and checked as a client configured with it would
+    /// (fetch-rules.md, "The fallback file"), so a missing or broken one is found now.
+    static func fallbackFile(_ input: Input) throws(ServeStack.StartError) -> FallbackFile? {
+        guard let path = input.config.engine.fallbackFile else { return nil }
+        if let problem = fileProblem(path) { throw input.fail("engine.fallbackFile", path, problem) }
+        do throws(JSONInputError) {
+            return try FallbackFile.load(path: FlowScopeConfig.absolutePath(path))
+        } catch {
+            throw input.fail("engine.fallbackFile", error.description)
+        }
     }
 
     /// One name per file: the resolved path of an existing file (links and `..` followed), else the
@@ -230,15 +251,15 @@ struct ServeChecks: Sendable {
         return resolved(directory).map { $0 + "/" + (absolute as NSString).lastPathComponent } ?? absolute
     }
 
-    /// Why an existing file cannot be the sqlite sink's database, or nil: it must be a regular file,
-    /// empty or starting with SQLite's header.
-    static func sqliteFileProblem(_ path: String, _ st: stat) -> String? {
-        guard (st.st_mode & S_IFMT) == S_IFREG else { return "not a regular file, expected an SQLite database file" }
+    /// Why an existing file cannot be reopened as `format`, or nil: it must be a regular file, empty or
+    /// starting with the format's header.
+    static func formatProblem(_ path: String, _ st: stat, _ format: SinkRequirements.FileFormat) -> String? {
+        guard (st.st_mode & S_IFMT) == S_IFREG else { return "not a regular file, expected \(format.description) file" }
         guard st.st_size > 0 else { return nil }
         guard let handle = FileHandle(forReadingAtPath: path) else { return "not readable" }
         defer { try? handle.close() }
-        let header = (try? handle.read(upToCount: 16)) ?? Data()
-        return header == Data("SQLite format 3\u{0}".utf8) ? nil : "not an SQLite database (its first bytes are not SQLite's header)"
+        let header = (try? handle.read(upToCount: format.header.count)) ?? Data()
+        return header == Data(format.header) ? nil : "not \(format.description) (its first bytes are not \(format.headerOwner)'s header)"
     }
 
     /// What keeps `path` from being read as a file, or nil when it can be.

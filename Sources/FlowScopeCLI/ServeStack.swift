@@ -6,7 +6,6 @@ import FlowSim
 import Foundation
 import MemorySink
 import MetricsSink
-import SQLiteSink
 
 /// Everything `flowscope serve` runs: sinks from the config, the pipeline, the HTTPS server with the
 /// dashboard API, the live stream, and demo traffic. Tests start it in-process on port 0.
@@ -15,10 +14,12 @@ final class ServeStack: Sendable {
     static let queueCapacity = 65_536
     let server: HTTPSServer
     let pipeline: EventPipeline
-    let metrics: MetricsSink
-    let memory: MemorySink
-    /// What the dashboard API reads: the memory sink, layered over the first sqlite sink when the
-    /// config has one (runs it stored before a restart, or that memory forgot, stay viewable).
+    /// What `/metrics` renders: the families of every sink that exposes metrics (``MetricsExposing``).
+    let metrics: CombinedMetrics
+    /// The event store of the live view (`follow`, the live stream's replay): see ``pickStores(_:)``.
+    let live: any EventStore
+    /// What the dashboard API reads: the live store, layered over the archive when there is one
+    /// (runs it stored before a restart, or that the live store forgot, stay viewable).
     let store: any EventStore
     let hub: SSEHub
     let token: AuthToken
@@ -81,6 +82,7 @@ final class ServeStack: Sendable {
             throw StartError(description: "\(config.file ?? "config"): \(error)")
         }
         var sinks: [any EventSink] = []
+        var added: [any EventSink] = []
         for planned in Self.sinkPlan(config.sinks) {
             switch planned {
             case .configured(let index, _): sinks.append(configured[index])
@@ -89,28 +91,31 @@ final class ServeStack: Sendable {
                     for sink in configured { sink.close() }
                     throw StartError(description: error.message)
                 }
-            case .addedMemory: sinks.append(MemorySink())
+            case .addedMemory:
+                sinks.append(MemorySink())
+                added.append(sinks[sinks.count - 1])
             }
         }
-        guard let metrics = sinks.lazy.compactMap({ $0 as? MetricsSink }).first,
-              let memory = sinks.lazy.compactMap({ $0 as? MemorySink }).first else {
+        // The server's parts, by capability: any sink, built-in or not, can back them.
+        do throws(CombinedMetrics.Collision) {
+            metrics = try CombinedMetrics(sinks.compactMap { sink in (sink as? any MetricsExposing).map { (sink.name, $0) } })
+        } catch {
             for sink in sinks { sink.close() }
-            throw StartError(description: "\(config.file ?? "config"): $.sinks: the metrics and memory sinks the dashboard reads are missing")
+            throw StartError(description: "\(config.file ?? "config"): $.sinks: \(error.description)")
         }
-        self.metrics = metrics
-        self.memory = memory
+        guard let stores = Self.pickStores(configured + added) else {
+            for sink in sinks { sink.close() }
+            throw StartError(description: "\(config.file ?? "config"): $.sinks: no sink is an event store for the dashboard to read")
+        }
+        live = stores.live
+        store = stores.archive.map { LayeredEventStore(primary: stores.live, archive: $0) } ?? stores.live
         pipeline = EventPipeline(run: "live", sinks: sinks, queueCapacity: Self.queueCapacity)
-        metrics.collectSinkStats(from: pipeline)
-        // The first sqlite sink is the archive: the runs memory does not hold are read from it, and
-        // the epoch it writes with every row is the one the dashboard sees.
-        let archive = sinks.lazy.compactMap({ $0 as? SQLiteSink }).first
-        if let archive {
-            store = LayeredEventStore(primary: memory, archive: archive)
-        } else {
-            store = memory
+        for collector in sinks.compactMap({ $0 as? any SinkStatsCollecting }) {
+            collector.collectSinkStats { [weak pipeline] in pipeline?.stats() ?? [] }
         }
-        hub = SSEHub(epoch: archive?.epoch, replay: DashboardAPI.replay(store: memory))
-        unfollow = DashboardAPI.connectStream(store: memory, hub: hub)
+        // The archive's epoch (the numbering it writes with every row) is the one the dashboard sees.
+        hub = SSEHub(epoch: stores.archive?.seqEpoch ?? stores.live.seqEpoch, replay: DashboardAPI.replay(store: stores.live))
+        unfollow = DashboardAPI.connectStream(store: stores.live, hub: hub)
 
         let pipeline = self.pipeline
         var apiLimits = DashboardAPI.Limits()
@@ -156,6 +161,17 @@ final class ServeStack: Sendable {
         }
 
         demo?.start()
+    }
+
+    /// The event stores the dashboard reads, among `sinks` (those that conform to ``EventStore``; the
+    /// config's sinks first, then the memory sink serve adds): the live store is the first that is not
+    /// durable, else the first; the archive is the first durable one other than it (a database), read
+    /// for the runs the live store does not hold. Nil when no sink is an event store.
+    static func pickStores(_ sinks: [any EventSink]) -> (live: any EventStore, archive: (any EventStore)?)? {
+        let stores = sinks.compactMap { sink in (sink as? any EventStore).map { (sink: sink, store: $0) } }
+        guard let live = stores.first(where: { !$0.sink.isDurable }) ?? stores.first else { return nil }
+        let archive = stores.first { $0.sink.isDurable && $0.sink !== live.sink }
+        return (live.store, archive?.store)
     }
 
     /// A sink `serve` runs: one of the config's enabled entries, or one it adds for the dashboard.

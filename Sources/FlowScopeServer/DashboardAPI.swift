@@ -34,8 +34,11 @@ public enum DashboardAPI {
         public var maxRunsPerPage = 1000
         /// Most calls one GET /api/calls answers with.
         public var maxCallsPerPage = 1000
-        /// Newest events (of the run, when one is asked for) a query of calls or placements reads at most.
+        /// Newest events (of the run, when one is asked for) `GET /api/events` with call filters reads at most.
         public var queryWindow = 20_000
+        /// Bounds of the read model's cache of calls: calls and placements answer over the whole run,
+        /// up to `maxEvents` events of it.
+        public var calls = CallCache.Limits()
         /// Placements and sources per placement a placements answer lists (more count under `_other`).
         public var placements = CallStatistics.Bounds()
         public init() {}
@@ -55,7 +58,7 @@ public enum DashboardAPI {
             return Response(status: 200, headers: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: body)
         }
         router.get("/api/sinks") { _ in .json(sinks.json()) }
-        let query = CallQuery(window: limits.queryWindow, bounds: limits.placements)
+        let query = CallQuery(window: limits.queryWindow, bounds: limits.placements, cache: CallCache(limits: limits.calls))
         router.get("/api/events") { request in
             var since: UInt64?
             if let s = request.query("since"), !s.isEmpty {

@@ -30,7 +30,7 @@ struct BenchCommandTests {
             "pipeline.throughput": ("events/s", false), "metrics.counter.increment": ("ns/op", true),
             "metrics.render": ("us/1000 series", false), "sim.calls": ("calls/s", false), "scenario.steps": ("steps/s", true),
             "sqlite.insert": ("events/s", true), "ingest.sqlite": ("events/s", true), "readmodel.fold": ("events/s", false),
-            "api.placements": ("ms/query", true),
+            "api.placements": ("ms/query", true), "api.calls": ("ms/query", true),
         ]
         var seen: Set<String> = []
         for item in items {

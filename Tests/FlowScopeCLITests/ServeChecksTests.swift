@@ -125,6 +125,13 @@ struct ServeChecksTests {
              prepare: { try write("id,name\n1,a\n", to: $0 + "/events.csv") },
              config: #"{ sinks: [ { type: "sqlite", path: "events.csv" } ] }"#,
              error: "$.sinks[0].path: $DIR/events.csv: not an SQLite database (its first bytes are not SQLite's header)"),
+        Case(name: "exec program not on PATH",
+             config: #"{ sinks: [ { type: "metrics" }, { type: "exec", command: ["flowscope-no-such-program", "-v"] } ] }"#,
+             error: "$.sinks[1].command[0]: flowscope-no-such-program: not found in PATH"),
+        Case(name: "exec program path that is not executable",
+             prepare: { try write("#!/bin/sh\n", to: $0 + "/summary.sh") },
+             config: #"{ sinks: [ { type: "exec", command: ["$DIR/summary.sh"] } ] }"#,
+             error: "$.sinks[0].command[0]: $DIR/summary.sh: not executable"),
     ]
 
     @Test("every config serve refuses, check-config refuses with the same line naming the file, the key and the resolved path; nothing is created")

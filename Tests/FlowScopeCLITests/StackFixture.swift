@@ -82,7 +82,9 @@ final class StackFixture {
     ///   - server: extra keys of the `server` section (JSON5 text, e.g. `limits: { ingestBurst: 1 }`).
     ///   - sinks: the `sinks` list's elements (JSON5 text); `$DIR` is replaced by the state directory.
     ///   - dir: a directory of an earlier fixture to start again in (a restart); the caller removes it.
-    init(server: String = "", sinks: String = #"{ type: "metrics" }, { type: "memory", capacity: 5000 }"#, dir: String? = nil) throws {
+    ///   - factories: sink types a custom distribution adds (as `CommandLine.run(_:output:sinks:)` registers them).
+    init(server: String = "", sinks: String = #"{ type: "metrics" }, { type: "memory", capacity: 5000 }"#, dir: String? = nil,
+         factories: [any SinkFactory] = []) throws {
         ownsDirectory = dir == nil
         self.dir = dir ?? makeTemporaryDirectory("serve")
         configPath = self.dir + "/flowscope.json5"
@@ -94,8 +96,12 @@ final class StackFixture {
         }
         """
         try write(text, to: configPath)
-        let config = try FlowScopeConfig.load(path: configPath)
-        stack = try ServeStack(config: config, overrides: ServeStack.Overrides(port: 0, noDemo: true))
+        var registry = SinkRegistry.current
+        for factory in factories { try registry.register(factory) }
+        let configPath = self.configPath
+        stack = try SinkRegistry.$current.withValue(registry) {
+            try ServeStack(config: try FlowScopeConfig.load(path: configPath), overrides: ServeStack.Overrides(port: 0, noDemo: true))
+        }
     }
 
     func connect() throws -> TestConnection { try TestConnection(port: port) }

@@ -102,7 +102,7 @@ struct StoredRunsTests {
             try fixture.ingest(Events.lines([at(i * 10, Events.fetchEnd("main", source: "network", duration: 0.1, run: run)),
                                              at(i * 10 + 1, Events.fetchEnd("main", source: "network", duration: 0.2, run: run))]))
         }
-        #expect(!fixture.stack.memory.holdsRun("test:one"), "maxRuns 2: memory forgot the oldest run")
+        #expect(!fixture.stack.live.holdsRun("test:one"), "maxRuns 2: memory forgot the oldest run")
         let runs = try runsByID(fixture)
         #expect(runs["test:one"]?["stored"] == true)
         #expect(runs["test:three"]?["stored"] == nil)

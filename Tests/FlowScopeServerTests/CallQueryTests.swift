@@ -38,11 +38,12 @@ struct CallQueryTests {
         return (memory, traces)
     }
 
-    static func router(_ store: any EventStore, window: Int = 20_000) -> Router {
+    static func router(_ store: any EventStore, window: Int = 20_000, calls: CallCache.Limits = CallCache.Limits()) -> Router {
         let pipeline = EventPipeline(run: "live", sinks: [])
         pipeline.shutdown() // only ingest would use it
         var limits = DashboardAPI.Limits()
         limits.queryWindow = window
+        limits.calls = calls
         return DashboardAPI.router(pipeline: pipeline, metrics: NoMetrics(), store: store, sinks: SinkStatus(stats: pipeline.stats), hub: SSEHub(),
                                    web: nil, ingestLimiter: RateLimiter(ratePerSecond: 10, burst: 10), limits: limits)
     }
@@ -331,22 +332,75 @@ struct CallQueryTests {
         #expect(events([("limit", "1000")]).count == memory.events(limit: 1000).count)
     }
 
-    @Test("a query reads at most the window of newest events, asks the store for no more, and says when older ones were left out")
-    func boundedReads() throws {
+    /// A memory sink holding a live run of 300 fetches (1,200 events) over three placements, and a
+    /// store over it that counts what it answers.
+    static func countedRun() throws -> (MemorySink, CountingStore) {
         let memory = MemorySink(capacity: 100_000)
         var b = Builder()
         for i in 0..<300 { _ = b.fetch(at: Double(i), placement: "p\(i % 3)", duration: 0.1, source: "network") }
         memory.consume(try b.envelopes())
-        let counting = CountingStore(memory)
-        let r = Self.router(counting, window: 400)
+        return (memory, CountingStore(memory))
+    }
+
+    @Test("calls and placements cover the whole run, read in pages; a second query reads only the events that arrived since")
+    func wholeRunInPages() throws {
+        let (memory, counting) = try Self.countedRun()
+        let r = Self.router(counting, window: 400, calls: CallCache.Limits(page: 250))
         let answer = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")])
-        #expect(counting.largestLimit == 400)
-        #expect(answer.body["counts"]?["scannedEvents"] == 400)
-        #expect(answer.body["counts"]?["windowFull"] == true)
-        // 400 events: the newest 100 calls whole (4 events each); of them 33 are p0 (i = 201, 204, ... 297).
-        #expect(answer.body["counts"]?["matched"] == 33)
+        #expect(counting.largestLimit == 250, "pages of 250")
+        #expect(counting.read == 1200, "every event of the run, once")
+        #expect(answer.body["counts"]?["scannedEvents"] == 1200)
+        #expect(answer.body["counts"]?["windowFull"] == false && answer.body["coverage"]?["complete"] == true)
+        #expect(answer.body["counts"]?["matched"] == 100)
+        // Nothing new: nothing read; the unfiltered answer of the same run comes from the same fold.
+        _ = Self.get(r, "/api/placements", [("run", "live")])
+        #expect(counting.read == 1200)
+        // Four new events (one call): only they are read.
+        var more = Builder(startingAt: 1200)
+        _ = more.fetch(at: 300, placement: "p0", duration: 0.1, source: "network")
+        memory.consume(try more.envelopes())
+        let after = Self.get(r, "/api/placements", [("run", "live")])
+        #expect(counting.read == 1204)
+        #expect(after.body["totals"]?["fetches"] == 301)
         _ = Self.get(r, "/api/events", [("placement", "p0")])
-        #expect(counting.largestLimit == 400, "/api/events reads the same window")
+        #expect(counting.largestLimit == 400, "/api/events with a placement reads the window of newest events")
+    }
+
+    @Test("a stored run longer than the old 20,000-event window, read from the sqlite file after a restart: its statistics are the whole run's, and say so")
+    func storedRunCountedWhole() throws {
+        let dir = makeTemporaryDirectory()
+        defer { removeDirectory(dir) }
+        var b = Builder()
+        for i in 0..<6_000 { _ = b.fetch(at: Double(i), placement: "p\(i % 5)", duration: Double(i % 100) / 100, source: "network") }
+        let events = try b.envelopes()
+        do {
+            let writer = try SQLiteSink(path: dir + "/events.sqlite")
+            writer.consume(events)
+            writer.close()
+        }
+        let sqlite = try SQLiteSink(path: dir + "/events.sqlite")
+        defer { sqlite.close() }
+        let r = Self.router(LayeredEventStore(primary: MemorySink(), archive: sqlite))
+        let placements = Self.get(r, "/api/placements", [("run", "live")]).body
+        #expect(placements["coverage"]?["events"] == .number(Double(events.count)) && events.count == 24_000)
+        #expect(placements["coverage"]?["complete"] == true && placements["counts"]?["windowFull"] == false)
+        #expect(placements["totals"]?["fetches"] == 6_000)
+        #expect(placements["placements"]?.arrayValue?.map { $0["fetches"] } == Array(repeating: 1_200, count: 5))
+        let detail = Self.get(r, "/api/runs/live", []).body
+        #expect(detail["placements"] == placements["placements"] && detail["coverage"] == placements["coverage"])
+        let calls = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")]).body
+        #expect(calls["counts"]?["matched"] == 1_200 && calls["stats"]?["samples"] == 1_200)
+    }
+
+    @Test("a run longer than the cache's bound: the answer covers its newest half-bound of events and says it is not complete")
+    func boundedRun() throws {
+        let (_, counting) = try Self.countedRun()
+        let r = Self.router(counting, calls: CallCache.Limits(maxEvents: 800, page: 100))
+        let answer = Self.get(r, "/api/placements", [("run", "live")])
+        #expect(counting.largestLimit == 400, "pages of 100, then the newest 400")
+        #expect(answer.body["coverage"]?["events"] == 400 && answer.body["coverage"]?["complete"] == false)
+        #expect(answer.body["counts"]?["windowFull"] == true)
+        #expect(answer.body["totals"]?["fetches"] == 100, "the newest 100 calls whole (4 events each)")
     }
 }
 
@@ -354,16 +408,25 @@ struct CallQueryTests {
 struct Builder {
     private var json: [JSONValue] = []
     private var next = 0
+    private var seqBase = 0
+
+    /// A builder whose events are numbered from `seq + 1` (and whose ids differ from those of a builder before it).
+    init(startingAt seq: Int = 0) {
+        seqBase = seq
+        next = seq
+    }
 
     private mutating func hex(_ length: Int) -> String {
         next += 1
         let digits = String(next, radix: 16)
-        return digits + String(repeating: "b", count: max(0, length - digits.count))
+        // The number zero-padded, reversed: every id distinct (padding with a hex digit on the right made 0x1 and 0x1b
+        // one id), and ids differ in their first digits (trace prefixes tell them apart).
+        return String((String(repeating: "0", count: max(0, length - digits.count)) + digits).reversed())
     }
 
     private mutating func add(_ run: String, _ trace: String, _ span: String, _ name: String, _ placement: String?, _ at: Double,
                               _ t: Double, _ attrs: [String: JSONValue]) {
-        json.append(["seq": .number(Double(json.count + 1)), "ts": .number(CallQueryTests.base + at + t / 1000), "t": .number(t),
+        json.append(["seq": .number(Double(seqBase + json.count + 1)), "ts": .number(CallQueryTests.base + at + t / 1000), "t": .number(t),
                      "run": .string(run), "trace": .string(trace), "span": .string(span), "name": .string(name),
                      "placement": placement.map(JSONValue.string) ?? .null, "attrs": .object(attrs)])
     }
@@ -428,11 +491,16 @@ struct Builder {
 final class CountingStore: EventStore {
     let store: MemorySink
     private let largest = Mutex(0)
+    private let total = Mutex(0)
     init(_ store: MemorySink) { self.store = store }
     var largestLimit: Int { largest.withLock { $0 } }
+    /// Events answered so far.
+    var read: Int { total.withLock { $0 } }
     func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope] {
         largest.withLock { $0 = max($0, limit) }
-        return store.events(since: since, limit: limit, run: run, placement: placement, name: name)
+        let events = store.events(since: since, limit: limit, run: run, placement: placement, name: name)
+        total.withLock { $0 += events.count }
+        return events
     }
     var latestSeq: UInt64? { store.latestSeq }
     func runSummaries() -> [RunSummary] { store.runSummaries() }

@@ -336,14 +336,9 @@ public final class ExecSink: EventSink {
         if process.isRunning { process.terminate(signal: SIGKILL) }
     }
 
+    /// A path as given (a failed start says why); a name, looked up in `PATH` as `check-config` does.
     private func resolve(_ program: String) -> String? {
-        if program.contains("/") { return program }
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for dir in path.split(separator: ":") {
-            let candidate = "\(dir)/\(program)"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        return nil
+        program.contains("/") ? program : SinkRequirements.resolve(program: program)
     }
 
     private func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -439,6 +434,11 @@ extension ExecSink {
             o.backoffMax = try context.number("backoffMax", in: 0.001...86400) ?? o.backoffMax
             o.flushTimeout = try context.number("flushTimeout", in: 0...3600) ?? o.flushTimeout
             return o
+        }
+
+        /// The program: `command[0]`, a path or a name found in `PATH`.
+        public func requirements(_ o: Options, context: SinkContext) -> SinkRequirements {
+            SinkRequirements(programs: [.init(option: "command[0]", program: o.command[0])])
         }
 
         /// Starts the sink's feeder thread, which starts the program.

@@ -492,6 +492,11 @@ extension JSONLinesSink {
             return o
         }
 
+        /// The events file, `path`.
+        public func requirements(_ o: Options, context: SinkContext) -> SinkRequirements {
+            SinkRequirements(files: [.init(option: "path", path: o.path)])
+        }
+
         /// Opens (or creates) the file.
         public func makeSink(_ o: Options, context: SinkContext) throws -> any EventSink {
             do {

@@ -78,14 +78,14 @@ public final class MemorySink: EventSink, EventStore {
             let own = run.flatMap { state.runRings[$0] }
             if let since {
                 var more = true
-                own?.ring.forEach { e in
+                own?.ring.forEach(after: since) { e in
                     guard e.seq < oldestShared else { return false }
                     if e.seq > since, matches(e) { out.append(e) }
                     more = out.count < limit
                     return more
                 }
                 guard more else { return out }
-                state.ring.forEach { e in
+                state.ring.forEach(after: since) { e in
                     guard e.seq > since, out.count < limit, matches(e) else { return out.count < limit }
                     out.append(e)
                     return out.count < limit
@@ -229,12 +229,16 @@ private struct MemoryState: ~Copyable {
 private struct Ring {
     private var storage: [Envelope] = []
     private var head = 0
+    /// Whether every envelope was appended with a greater seq than the one before (as a pipeline
+    /// delivers them): then a seq is found by binary search.
+    private var ascending = true
 
     var count: Int { storage.count }
     var first: Envelope? { storage.isEmpty ? nil : storage[head] }
     var last: Envelope? { storage.isEmpty ? nil : storage[(head + storage.count - 1) % storage.count] }
 
     mutating func append(_ e: Envelope, capacity: Int) {
+        if let last, e.seq <= last.seq { ascending = false }
         if storage.count < capacity { storage.append(e); return }
         storage[head] = e
         head = (head + 1) % storage.count
@@ -243,6 +247,21 @@ private struct Ring {
     /// Oldest first, while `body` returns true.
     func forEach(_ body: (Envelope) -> Bool) {
         for i in 0..<storage.count where !body(storage[(head + i) % storage.count]) { return }
+    }
+
+    /// Oldest first, while `body` returns true, from the first envelope whose seq is greater than
+    /// `since`, found by binary search when the ring is in seq order (else from the oldest: the
+    /// caller still checks each seq).
+    func forEach(after since: UInt64, _ body: (Envelope) -> Bool) {
+        var low = 0
+        if ascending {
+            var high = storage.count
+            while low < high {
+                let mid = (low + high) / 2
+                if storage[(head + mid) % storage.count].seq <= since { low = mid + 1 } else { high = mid }
+            }
+        }
+        for i in low..<storage.count where !body(storage[(head + i) % storage.count]) { return }
     }
 
     /// Newest first, while `body` returns true.

@@ -10,7 +10,7 @@ import Synchronization
 ///     pipeline.add(sink)                        // consume(_:) updates the counters
 ///     let (contentType, format) = MetricsSink.negotiate(accept: request.accept)
 ///     let body = sink.render(format: format)
-public final class MetricsSink: EventSink, MetricsExposing {
+public final class MetricsSink: EventSink, MetricsExposing, SinkStatsCollecting {
     /// The wire format of a render.
     public typealias Format = Exposition.Format
 
@@ -237,6 +237,7 @@ public final class MetricsSink: EventSink, MetricsExposing {
         h.events(e.name)?.inc()
         switch e.name {
         case .fetchEnd:
+            guard !h.endedBefore(e.trace) else { return }
             let placement = e.placement ?? ""
             let failed = e.attrs["errorCode"].map { $0 != .null } ?? false
             let source = Self.text(e.attrs["source"]).flatMap { $0.isEmpty ? nil : $0 } ?? "none"
@@ -256,6 +257,7 @@ public final class MetricsSink: EventSink, MetricsExposing {
         case .fallback:
             h.counter(SeriesKey(.fallbacks, e.placement ?? "", Self.label(e.attrs["to"]), Self.label(e.attrs["reason"])), fallbacks).inc()
         case .preloadEnd:
+            guard !h.endedBefore(e.trace) else { return }
             // Sorted, so that which placements fold into `_other` does not depend on hash order.
             for (failedPlacement, code) in (e.attrs["failed"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
                 h.counter(SeriesKey(.preloadErrors, failedPlacement, Self.label(code)), preloadErrors).inc()
@@ -359,6 +361,27 @@ struct SeriesHandles {
     /// The placement last looked up, and its row.
     var lastPlacement = ""
     var lastRow = -1
+    /// The traces whose end (fetch.end, preload.end) was counted, the newest `endedLimit`: a second
+    /// end of one trace is not a second fetch (the read model's rule, docs/events-and-metrics.md).
+    var ended: Set<TraceID> = []
+    var endedOrder: [TraceID] = []
+    var endedHead = 0
+    static let endedLimit = 65_536
+
+    /// Whether `trace` ended before (among the newest `endedLimit` that did); marks it ended.
+    mutating func endedBefore(_ trace: TraceID) -> Bool {
+        guard ended.insert(trace).inserted else { return true }
+        endedOrder.append(trace)
+        if endedOrder.count - endedHead > Self.endedLimit {
+            ended.remove(endedOrder[endedHead])
+            endedHead += 1
+            if endedHead >= Self.endedLimit {
+                endedOrder.removeFirst(endedHead)
+                endedHead = 0
+            }
+        }
+        return false
+    }
 
     init(events: [(EventName, Counter)]) {
         eventSeries = events.map { (name: $0.0, series: $0.1) }

@@ -6,13 +6,14 @@ import MetricsSink
 import Synchronization
 import Testing
 
-/// Builds envelopes with increasing seq numbers for one test.
+/// Builds envelopes with increasing seq numbers for one test, each of a trace of its own (a call of
+/// its own) unless `trace` is given.
 struct EventStream {
     var envelopes: [Envelope] = []
-    let trace = TraceID(high: 0x4bf9_2f35_77b3_4da6, low: 0xa3ce_929d_0e0e_4736)
 
-    mutating func add(_ name: EventName, _ placement: String? = nil, _ attrs: EventAttributes = [:]) {
+    mutating func add(_ name: EventName, _ placement: String? = nil, _ attrs: EventAttributes = [:], trace given: TraceID? = nil) {
         let seq = UInt64(envelopes.count + 1)
+        let trace = given ?? TraceID(high: 0x4bf9_2f35_77b3_4da6, low: seq)
         envelopes.append(Envelope(seq: seq, ts: 1_800_000_000 + Double(seq), t: Double(seq) / 10, run: "test",
                                   trace: trace, span: SpanID(trace: trace, index: seq), name: name,
                                   placement: placement, attrs: attrs))
@@ -149,6 +150,26 @@ struct MetricsSinkTests {
         }
         #expect(samples(all, named: "flowscope_events_total") == expectedEvents)
         #expect(all[#"flowscope_events_total{name="fetch.end"}"#] == "3")
+    }
+
+    @Test("A second end of one trace is no second fetch: it counts in flowscope_events_total only, as the read model counts it")
+    func repeatedEndCountsOnce() throws {
+        let sink = try MetricsSink(version: "1.2.3")
+        var s = EventStream()
+        let fetch = TraceID(high: 7, low: 1), preload = TraceID(high: 7, low: 2)
+        let end: EventAttributes = ["call": "getFlow", "source": "network", "targetingLost": true, "duration": 0.2, "errorCode": 2005]
+        s.add(.fetchEnd, "main", end, trace: fetch)
+        s.add(.fetchEnd, "main", end, trace: fetch)
+        s.add(.preloadEnd, nil, ["failed": ["main": 2005]], trace: preload)
+        s.add(.preloadEnd, nil, ["failed": ["main": 2005]], trace: preload)
+        s.add(.fetchEnd, "main", end)
+        sink.consume(s.envelopes)
+        let all = samples(String(decoding: sink.render(), as: UTF8.self))
+        #expect(all[#"flowscope_events_total{name="fetch.end"}"#] == "3")
+        #expect(all[#"flowscope_fetches_total{placement="main",call="getFlow",source="network",outcome="error"}"#] == "2")
+        #expect(all[#"flowscope_targeting_lost_total{placement="main"}"#] == "2")
+        #expect(all[#"flowscope_preload_errors_total{placement="main",code="2005"}"#] == "1")
+        #expect(all[#"flowscope_fetch_duration_seconds_count{placement="main",source="network"}"#] == "2")
     }
 
     @Test("The sink registers exactly the spec's seventeen families and the saturation gauge, each with HELP and TYPE")

@@ -582,6 +582,12 @@ extension OTLPSink {
             return options
         }
 
+        /// The output file, `file`, when it writes to one.
+        public func requirements(_ options: Options, context: SinkContext) -> SinkRequirements {
+            guard case .file(let path) = options.destination else { return SinkRequirements() }
+            return SinkRequirements(files: [.init(option: "file", path: path)])
+        }
+
         /// Starts the sink's sending thread (and opens its output file, if any).
         public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
             do {

@@ -59,6 +59,9 @@ struct RunDetailCache: Sendable {
 /// `follow` delivers nothing: the archive holds the past, live events come from the memory sink.
 /// A failed query answers empty and is kept in `lastQueryError`.
 extension SQLiteSink: EventStore {
+    /// The epoch written with every row of this process (see ``epoch``).
+    public var seqEpoch: String? { epoch }
+
     /// Stored events, newest last, with the row id as `seq`: with `since`, the first `limit` rows
     /// whose id is greater; without, the newest `limit`.
     public func events(since: UInt64? = nil, limit: Int = 100, run: String? = nil, placement: String? = nil,

@@ -735,6 +735,13 @@ extension SQLiteSink {
             try Options(json: context.options, path: context.path, stateDirectory: context.stateDirectory)
         }
 
+        /// The database file, `path`: an existing one must be an SQLite database.
+        public func requirements(_ options: Options, context: SinkContext) -> SinkRequirements {
+            SinkRequirements(files: [.init(option: "path", path: options.path,
+                                           format: .init(description: "an SQLite database", headerOwner: "SQLite",
+                                                         header: Array("SQLite format 3\u{0}".utf8)))])
+        }
+
         /// Opens (or creates) the database.
         public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
             do {

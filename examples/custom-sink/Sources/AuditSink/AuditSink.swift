@@ -92,6 +92,12 @@ public struct AuditSinkFactory: SinkFactory {
         throw JSONInputError(path: context.path(of: "path"), message: "\(options.path): \(problem)")
     }
 
+    /// The file it writes: `check-config` and `serve` check it as they check the built-in sinks'
+    /// files (its directory can be created, no other sink writes it).
+    public func requirements(_ options: Options, context: SinkContext) -> SinkRequirements {
+        SinkRequirements(files: [.init(option: "path", path: options.path)])
+    }
+
     public func makeSink(_ options: Options, context: SinkContext) throws -> any EventSink {
         try AuditSink(name: context.name, path: options.path)
     }
