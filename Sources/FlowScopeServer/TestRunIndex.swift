@@ -6,14 +6,17 @@ import Synchronization
 final class TestRunIndex: Sendable {
     private let fold = Mutex(TestRunFold())
     private let unfollow = Mutex<(@Sendable () -> Void)?>(nil)
+    private let store: any EventStore
+    private let page: Int
+    private let loaded = Mutex(false)
 
-    /// Follows `store`, then folds the test events it already holds, a layered store's archive
-    /// included (an event seen twice changes nothing).
+    /// Follows `store` from now on; the test events it already holds (a layered store's archive
+    /// included) are folded at the first read (an event seen twice changes nothing).
     init(store: any EventStore, page: Int = 1000) {
+        self.store = store
+        self.page = page
         let stop = store.follow { [weak self] batch in self?.add(batch) }
         unfollow.withLock { $0 = stop }
-        let layers: [any EventStore] = (store as? LayeredEventStore).map { [$0.archive, $0.primary] } ?? [store]
-        for layer in layers { load(layer, page: page) }
     }
 
     private func load(_ store: any EventStore, page: Int) {
@@ -36,5 +39,13 @@ final class TestRunIndex: Sendable {
     }
 
     /// The fold as it is now.
-    var current: TestRunFold { fold.withLock { $0 } }
+    var current: TestRunFold {
+        loaded.withLock { loaded in
+            guard !loaded else { return }
+            loaded = true
+            let layers: [any EventStore] = (store as? LayeredEventStore).map { [$0.archive, $0.primary] } ?? [store]
+            for layer in layers { load(layer, page: page) }
+        }
+        return fold.withLock { $0 }
+    }
 }
