@@ -14,24 +14,30 @@ import FlowJSON
 /// }
 /// ```
 public struct Recording: Sendable {
-    private var traces: [String: Call] = [:]
-    private var events: [String: [Envelope]] = [:]
-    private var sessionOf: [String: SessionID] = [:]
-    private var sessionTraces: [SessionID: [String]] = [:]
-    private var sessionAttribution: [SessionID: Double] = [:]
+    private let traces: [String: Call]
+    private let events: [String: [Envelope]]
+    private let sessionOf: [String: SessionID]
+    private let sessionTraces: [SessionID: [String]]
+    private let sessionAttribution: [SessionID: Double]
+    /// Per session, the calls that stored a flow, by placement and engine time (whole microseconds).
+    private let storedBy: [SessionID: [StoreKey: String]]
     /// Events read.
     public let eventCount: Int
     /// Calls among them (traces with a start or an end event).
-    public private(set) var callCount = 0
+    public let callCount: Int
     /// Every finished call's trace id, in the order the calls started.
-    public private(set) var finishedCalls: [String] = []
+    public let finishedCalls: [String]
 
     /// Folds `envelopes` (any order; seq decides).
     public init(_ envelopes: [Envelope]) {
-        eventCount = envelopes.count
         var sorted = envelopes
         if zip(sorted, sorted.dropFirst()).contains(where: { $0.seq > $1.seq }) { sorted.sort { $0.seq < $1.seq } }
         var fold = CallFold()
+        var events: [String: [Envelope]] = [:]
+        var sessionOf: [String: SessionID] = [:]
+        var sessionTraces: [SessionID: [String]] = [:]
+        var sessionAttribution: [SessionID: Double] = [:]
+        var storedBy: [SessionID: [StoreKey: String]] = [:]
         for e in sorted {
             fold.add(e)
             let trace = e.trace.hex
@@ -40,15 +46,26 @@ public struct Recording: Sendable {
                 sessionOf[trace] = s
                 sessionTraces[s, default: []].append(trace)
             }
-            if e.name == .attributionApplied, e.attrs["source"]?.stringValue == "appleAds", let s = e.session,
-               sessionAttribution[s].map({ e.t < $0 }) ?? true {
+            if e.name == .cacheStored, let s = e.session, let p = e.placement {
+                storedBy[s, default: [:]][StoreKey(placement: p, at: micro(e.t))] = trace
+            }
+            if e.name == .attributionApplied, e.attrs["source"]?.stringValue == "appleAds", let s = e.session {
+                if let known = sessionAttribution[s], known <= e.t { continue }
                 sessionAttribution[s] = e.t
             }
         }
+        var traces: [String: Call] = [:]
         for c in fold.traces { traces[c.trace] = c }
         let calls = fold.calls
-        callCount = calls.count
-        finishedCalls = calls.filter(\.finished).sorted { ($0.startT, $0.firstSeq) < ($1.startT, $1.firstSeq) }.map(\.trace)
+        self.eventCount = envelopes.count
+        self.traces = traces
+        self.events = events
+        self.sessionOf = sessionOf
+        self.sessionTraces = sessionTraces
+        self.sessionAttribution = sessionAttribution
+        self.storedBy = storedBy
+        self.callCount = calls.count
+        self.finishedCalls = calls.filter(\.finished).sorted { ($0.startT, $0.firstSeq) < ($1.startT, $1.firstSeq) }.map(\.trace)
     }
 
     /// The call of `trace`, when the recording holds one.
@@ -98,11 +115,42 @@ public struct Recording: Sendable {
                 try Self.check(c, trace: other)
                 included.append(c)
             }
-            included.sort { ($0.startT, $0.firstSeq) < ($1.startT, $1.firstSeq) }
         } else {
             sessionID = sessionOf[trace]
         }
+        try includeStorers(&included, session: sessionID)
+        included.sort { ($0.startT, $0.firstSeq) < ($1.startT, $1.firstSeq) }
         return try build(target: target, calls: included, session: sessionID)
+    }
+
+    /// Adds to `calls` every call of the session that stored a cache entry one of them found after
+    /// the first of them started (a scenario can only seed entries present at its start), until
+    /// none is missing.
+    private func includeStorers(_ calls: inout [Call], session: SessionID?) throws(ReproductionRefusal) {
+        var changed = true
+        while changed {
+            changed = false
+            let t0 = calls.map { micro($0.startT) }.min() ?? 0
+            let held = Set(calls.map(\.trace))
+            for c in calls {
+                for e in events[c.trace] ?? [] where e.name == .cacheHit || e.name == .cacheExpired {
+                    guard let p = e.placement ?? c.placement, let age = e.attrs["age"]?.numberValue else { continue }
+                    let storedAt = micro(e.t) - micro(age)
+                    guard storedAt >= t0 else { continue }
+                    let key = StoreKey(placement: p, at: storedAt)
+                    guard let s = session, let storer = storedBy[s]?[key] else {
+                        throw ReproductionRefusal(.incomplete, "call \(c.trace) found a cache entry for \(p) stored at t = \(Ordered.secondsText(storedAt)) "
+                                                  + "by no call the recording names\(session == nil ? " (its events carry no session)" : "")")
+                    }
+                    guard !held.contains(storer), let call = traces[storer] else { continue }
+                    try Self.check(call, trace: storer)
+                    calls.append(call)
+                    changed = true
+                    break
+                }
+                if changed { break }
+            }
+        }
     }
 
     /// Refuses a call that is not finished, incomplete, or of a kind a scenario cannot play.
@@ -132,7 +180,8 @@ public struct Recording: Sendable {
         }
     }
 
-    static let supportedCalls = ["getFlow", "getFlowForDefaultAudience", "getFlowOrDefault", "preloadFlows", "preloadFlowsForDefaultAudience"]
+    /// The calls a reproduced scenario plays.
+    public static let supportedCalls = ["getFlow", "getFlowForDefaultAudience", "getFlowOrDefault", "preloadFlows", "preloadFlowsForDefaultAudience"]
 
     private func startEvent(_ c: Call) -> Envelope? {
         (events[c.trace] ?? []).first { $0.name == .fetchStart || $0.name == .preloadStart }
@@ -213,27 +262,31 @@ public struct Recording: Sendable {
                 readsByPlacement[p] = (e, c)
             }
         }
+        // When (engine time, whole microseconds) the entry a call returned from the cache was stored.
+        func returnedStoredAt(_ c: Call) -> Int64? {
+            guard c.source == "cache", let p = c.placement else { return nil }
+            guard let hit = (events[c.trace] ?? []).last(where: { $0.name == .cacheHit && ($0.placement ?? p) == p }),
+                  let age = hit.attrs["age"]?.numberValue else { return nil }
+            return micro(hit.t) - micro(age)
+        }
         var cache: [Ordered] = []
-        var seeded: Set<String> = []
         for p in placementOrder {
-            guard let (e, c) = readsByPlacement[p], e.name != .cacheMiss else { continue }
+            guard let (e, _) = readsByPlacement[p], e.name != .cacheMiss else { continue }
             var entry: [(String, Ordered)] = [("placement", .string(p))]
-            let returned = c.source == "cache" && c.placement == p
-            let age: Int64
             if e.name == .cacheCorrupt {
-                age = 0
                 entry += [("variation", .string("unrecorded")), ("corrupt", .bool(true))]
             } else {
                 guard let recorded = e.attrs["age"]?.numberValue else { continue }
-                age = micro(recorded) - rel(e.t)
-                // An entry younger than the scenario's start was stored by one of its own calls.
-                guard age >= 0 else { continue }
-                let fromDefault = returned ? c.targetingLost : e.attrs["audience"]?.stringValue == "default"
-                entry += [("variation", .string(returned ? (c.variation ?? "unrecorded") : "unrecorded")),
-                          ("audience", .string(returned ? (c.audience ?? defaultAudienceName) : defaultAudienceName)),
+                let age = micro(recorded) - rel(e.t)
+                // An entry stored after the scenario's start is stored by one of its own calls.
+                guard age > 0 else { continue }
+                // A call that returned this very entry says what it holds.
+                let returned = calls.first { $0.placement == p && returnedStoredAt($0) == micro(e.t) - micro(recorded) }
+                let fromDefault = returned.map(\.targetingLost) ?? (e.attrs["audience"]?.stringValue == "default")
+                entry += [("variation", .string(returned?.variation ?? "unrecorded")),
+                          ("audience", .string(returned?.audience ?? defaultAudienceName)),
                           ("age", .seconds(age)), ("fromDefaultAudience", .bool(fromDefault))]
             }
-            seeded.insert(p)
             cache.append(.object(entry))
         }
 
@@ -251,7 +304,7 @@ public struct Recording: Sendable {
             switch source {
             case "network": targeted = true
             case "defaultAudience": targeted = false
-            case "cache" where !seeded.contains(p): targeted = !c.targetingLost
+            case "cache" where (returnedStoredAt(c) ?? Int64.min) >= t0: targeted = !c.targetingLost
             case "fallbackFile":
                 if let other = fallback[p], other != v { throw conflict(p, "the fallback file gave \(other) and \(v)") }
                 fallback[p] = v
@@ -342,7 +395,7 @@ public struct Recording: Sendable {
         let label = "\(target.name ?? "call") \(target.placement ?? target.placements.joined(separator: ","))"
         var description = "Reproduces call \(target.trace) (\(label)) of run \(JSONValue.string(target.run).jsonText)"
             + (session.map { ", session \($0.hex)" } ?? "")
-            + (calls.count > 1 ? ", with the \(calls.count - 1) call(s) of its session that overlapped it" : "")
+            + (calls.count > 1 ? ", with the \(calls.count - 1) other call(s) of its session that overlapped it or stored a cache entry it found" : "")
             + ". Times count from the first call's start; every request answers after its recorded latency with its recorded "
             + "outcome (a request cut by a deadline or cancelled never answers), and a request the recording does not have never answers."
         var file: [(String, Ordered)] = [
@@ -429,6 +482,12 @@ public struct Recording: Sendable {
     private static func versionId(_ audience: String) -> String {
         "av-" + String(audience.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "-" })
     }
+}
+
+/// A flow stored for a placement at an engine time (whole microseconds).
+private struct StoreKey: Hashable, Sendable {
+    var placement: String
+    var at: Int64
 }
 
 /// Engine seconds as whole microseconds, the engine's own unit (fetch-semantics.md, "Time is exact").

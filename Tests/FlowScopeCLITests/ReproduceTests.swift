@@ -1,0 +1,361 @@
+import FlowEvents
+import FlowFetch
+import FlowJSON
+import FlowSim
+import Foundation
+import SQLiteSink
+import Synchronization
+import Testing
+@testable import FlowScopeCLI
+
+/// Collects the engine events of a scenario run.
+private final class Collected: EngineEventSink {
+    let events = Mutex<[EngineEvent]>([])
+    func receive(_ event: EngineEvent) { events.withLock { $0.append(event) } }
+}
+
+/// A recorded run in virtual time: `sessions` app sessions, each a random scenario (network with
+/// hangs, resets, 5xx, 404s and malformed bodies; attribution or none; a cache from earlier sessions;
+/// a fallback file or none) whose 7 to 11 calls (every call kind, overlapping ones too) are played by
+/// the real engine. Returns the envelopes (seq order, run `recorded`), as a sink would store them.
+func recordedRun(sessions: Int, seed: UInt64) -> [Envelope] {
+    var rng = SplitMix(seed)
+    let placements = ["main_paywall", "onboarding", "settings"]
+    var backend: [String: PlacementBackend] = [:]
+    for p in placements {
+        backend[p] = PlacementBackend(audiences: [
+            AudienceDefinition(name: "ASA", versionId: "av-asa-\(p)", requiresAttribution: "appleAds",
+                               variations: [Variation(id: "\(p)-asa-A", weight: 50), Variation(id: "\(p)-asa-B", weight: 50)]),
+            AudienceDefinition(name: defaultAudienceName, versionId: "av-all-\(p)",
+                               variations: [Variation(id: "\(p)-all-A", weight: 30), Variation(id: "\(p)-all-B", weight: 70)]),
+        ])
+    }
+    var envelopes: [Envelope] = []
+    var seq: UInt64 = 0
+    for s in 0..<sessions {
+        var rules: [NetworkRule] = []
+        let base = 0.05 + 1.2 * rng.uniform()
+        for nth in 1...40 {
+            let u = rng.uniform()
+            let latency = (base * (0.3 + 2.5 * rng.uniform()) * 1e6).rounded() / 1e6
+            if u < 0.10 { rules.append(NetworkRule(nth: nth, fail: .hang)) }
+            else if u < 0.17 { rules.append(NetworkRule(nth: nth, latency: latency, fail: .reset)) }
+            else if u < 0.23 { rules.append(NetworkRule(nth: nth, latency: latency, fail: .http(503))) }
+            else if u < 0.25 { rules.append(NetworkRule(nth: nth, latency: latency, fail: .http(404))) }
+            else if u < 0.27 { rules.append(NetworkRule(nth: nth, latency: latency, fail: .malformed)) }
+            else if u < 0.33 { rules.append(NetworkRule(nth: nth, latency: latency + 3 + 4 * rng.uniform())) }  // slow: past most budgets
+            else { rules.append(NetworkRule(nth: nth, latency: latency)) }
+        }
+        var cache: [CacheSeed] = []
+        for p in placements where rng.uniform() < 0.35 {
+            let fromDefault = rng.uniform() < 0.4
+            cache.append(CacheSeed(placement: p, variation: fromDefault ? "\(p)-all-B" : "\(p)-asa-A",
+                                   audience: fromDefault ? defaultAudienceName : "ASA", age: (2000 * rng.uniform() * 1e3).rounded() / 1e3,
+                                   fromDefaultAudience: fromDefault))
+        }
+        var fallback: [String: FallbackSeed] = [:]
+        if rng.uniform() < 0.5 { for p in placements where rng.uniform() < 0.7 { fallback[p] = FallbackSeed(variation: "\(p)-fallback") } }
+        let attribution: [String: Double] = rng.uniform() < 0.5 ? ["appleAds": (0.2 + 4 * rng.uniform() * 1e3).rounded() / 1e3] : [:]
+        var steps: [Step] = []
+        var at = 0.0
+        for _ in 0..<(7 + Int(rng.uniform() * 5)) {
+            let p = placements[Int(rng.uniform() * 3)]
+            let policies: [FetchPolicy?] = [nil, .returnCacheDataElseLoad, .returnCacheDataIfNotExpiredElseLoad(maxAge: 600)]
+            let policy = policies[Int(rng.uniform() * 3)]
+            let loadTimeout = [0.5, 1, 2, 3, 4, 5][Int(rng.uniform() * 6)]
+            let call: Step.Call
+            switch rng.uniform() {
+            case ..<0.35: call = .getFlow(placement: p, policy: policy, loadTimeout: loadTimeout)
+            case ..<0.5: call = .getFlowForDefaultAudience(placement: p, policy: policy)
+            case ..<0.62: call = .preloadFlows(placements: Array(placements.prefix(2 + Int(rng.uniform() * 2))), loadTimeout: loadTimeout)
+            case ..<0.68: call = .preloadFlowsForDefaultAudience(placements: [p, placements[(placements.firstIndex(of: p)! + 1) % 3]])
+            default: call = .getFlowOrDefault(placement: p, timeout: [0.5, 1, 2, 3][Int(rng.uniform() * 4)])
+            }
+            steps.append(Step(at: at, call: call))
+            at += (rng.uniform() < 0.3 ? 0 : (6 * rng.uniform() * 1e3).rounded() / 1e3)
+        }
+        let scenario = Scenario(name: "session \(s)", profile: ScenarioProfile(id: "user-\(s % 50)", attribution: attribution),
+                                backend: backend, network: NetworkRules(latency: 0.2, rules: rules), cache: cache, fallbackFile: fallback,
+                                requestTimeout: [4, 10, 30][Int(rng.uniform() * 3)], steps: steps)
+        let collected = Collected()
+        _ = ScenarioRunner(scenario, forward: collected, seed: seed &+ UInt64(s) &* 7919).run()
+        let start = 1_796_000_000.0 + Double(s) * 60
+        for e in collected.events.withLock({ $0 }) {
+            seq += 1
+            envelopes.append(Envelope(e, seq: seq, ts: start + e.t, run: "recorded"))
+        }
+    }
+    return envelopes
+}
+
+/// splitmix64, for the recorded run's choices.
+struct SplitMix {
+    var state: UInt64
+    init(_ seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func uniform() -> Double { Double(next() >> 11) * 0x1p-53 }
+}
+
+/// What reproducing every finished call of a recording gave.
+struct ReproductionTally {
+    var reproduced = 0
+    var refused: [ReproductionRefusal.Reason: Int] = [:]
+    var refusalExamples: [ReproductionRefusal.Reason: String] = [:]
+    var mismatches: [String] = []
+    var sources: [String: Int] = [:]
+    var calls: [String: Int] = [:]
+    var timeouts = 0, fallbacks = 0, preloadErrors = 0, targetingLost = 0
+    var scenarios: [(call: Call, reproduced: ReproducedCall)] = []
+}
+
+/// Reproduces every finished call of `recording` and plays each scenario again (decoded from its
+/// text, as `flowscope run` reads it), comparing the result with the recording itself.
+func reproduceAll(_ recording: Recording, session: Bool = false, every stride: Int = 1, keep: Bool = false) -> ReproductionTally {
+    var tally = ReproductionTally()
+    for (i, trace) in recording.finishedCalls.enumerated() where i % stride == 0 {
+        guard let call = recording.call(trace) else { continue }
+        switch recording.scenario(trace: trace, session: session) {
+        case .failure(let refusal):
+            tally.refused[refusal.reason, default: 0] += 1
+            tally.refusalExamples[refusal.reason] = refusal.message
+        case .success(let r):
+            tally.reproduced += 1
+            if keep { tally.scenarios.append((call, r)) }
+            tally.calls[call.name ?? "?", default: 0] += 1
+            tally.sources[call.isError ? "error" : (call.source ?? "preload"), default: 0] += 1
+            if !call.timeouts.isEmpty { tally.timeouts += 1 }
+            if !call.fallbacks.isEmpty { tally.fallbacks += 1 }
+            if !call.failed.isEmpty { tally.preloadErrors += 1 }
+            if call.targetingLost { tally.targetingLost += 1 }
+            let problems = compare(call, with: r)
+            if !problems.isEmpty { tally.mismatches.append("\(trace): \(problems.joined(separator: "; "))") }
+        }
+    }
+    return tally
+}
+
+/// How the scenario's run differs from the recorded call: same source, variation, audience,
+/// targeting lost, error, preload errors and request count; duration within 1 ms.
+func compare(_ call: Call, with r: ReproducedCall) -> [String] {
+    guard let scenario = try? Scenario.decode(r.text) else { return ["the scenario text does not decode"] }
+    let report = ScenarioRunner(scenario).run()
+    var problems: [String] = []
+    if !report.succeeded { problems.append("expectations fail: \(report.failures.map { "\($0.key) \($0.actual.jsonText)" })") }
+    let result = report.json["results"]?.arrayValue?[r.step] ?? .null
+    func check(_ key: String, _ expected: JSONValue, _ actual: JSONValue?) {
+        if expected != (actual ?? .null) { problems.append("\(key): recorded \(expected.jsonText), reproduced \((actual ?? .null).jsonText)") }
+    }
+    check("outcome", .string(call.isError ? "error" : "success"), result["outcome"])
+    if call.kind == .fetch, !call.isError {
+        check("source", call.source.map(JSONValue.string) ?? .null, result["source"])
+        check("variation", call.variation.map(JSONValue.string) ?? .null, result["variation"])
+        check("audience", call.audience.map(JSONValue.string) ?? .null, result["audience"])
+        check("targetingLost", .bool(call.targetingLost), result["targetingLost"])
+    }
+    check("error", call.errorCode ?? (call.failed.isEmpty ? .null : .number(2005)), result["error"]?["code"])
+    var preload: [String: JSONValue] = [:]
+    for (k, v) in result["error"]?["preloadErrors"]?.objectValue ?? [:] { preload[k] = v["code"] ?? .null }
+    check("preloadErrors", .object(call.failed), .object(preload))
+    check("requests", .number(Double(call.requests.count)), result["requests"])
+    let started = result["startedAt"]?.numberValue ?? 0, completed = result["completedAt"]?.numberValue ?? -1
+    if let d = call.duration, abs((completed - started) - d) > 0.0011 {
+        problems.append("duration: recorded \(d), reproduced \(completed - started)")
+    }
+    return problems
+}
+
+@Suite("flowscope reproduce", .serialized)
+struct ReproduceTests {
+    static let recorded = recordedRun(sessions: 260, seed: 34)
+
+    @Test("every finished call of a recorded run of over 2,000 calls, read from a JSON Lines file and from an sqlite file, gives a scenario that flowscope run passes with the recorded result")
+    func everyRecordedCallIsReproducedFromJSONLinesAndSQLite() async throws {
+        let dir = makeTemporaryDirectory("reproduce")
+        defer { removeDirectory(dir) }
+        try write(Self.recorded.map(\.jsonLine).joined(separator: "\n") + "\n", to: dir + "/trace.jsonl")
+        let sink = try SQLiteSink(path: dir + "/events.db")
+        for chunk in stride(from: 0, to: Self.recorded.count, by: 5000) {
+            sink.consume(Array(Self.recorded[chunk..<min(chunk + 5000, Self.recorded.count)]))
+        }
+        sink.close()
+
+        var counts: [Int] = []
+        for source in [dir + "/trace.jsonl", dir + "/events.db"] {
+            guard case .success(let parsed) = TrafficSource.parse(source) else { Issue.record("\(source) not read"); return }
+            guard case .success(let envelopes) = await parsed.read(caFile: nil, token: nil, label: "SOURCE", defaultRun: nil) else {
+                Issue.record("\(source) not read"); return
+            }
+            #expect(envelopes.count == Self.recorded.count, "\(source)")
+            let recording = Recording(envelopes)
+            #expect(recording.finishedCalls.count >= 2_000, "\(source): \(recording.finishedCalls.count) calls")
+            let tally = reproduceAll(recording)
+            print("reproduce \(source.hasSuffix(".db") ? "sqlite" : "jsonl"): \(recording.finishedCalls.count) finished calls, "
+                  + "\(tally.reproduced) reproduced, refused \(tally.refused.map { "\($0.key.rawValue): \($0.value)" }.sorted()); "
+                  + "calls \(tally.calls.sorted { $0.key < $1.key }); sources \(tally.sources.sorted { $0.key < $1.key }); "
+                  + "timeouts \(tally.timeouts), fallbacks \(tally.fallbacks), preload errors \(tally.preloadErrors), "
+                  + "targeting lost \(tally.targetingLost)")
+            #expect(tally.mismatches.isEmpty, "\(tally.mismatches.prefix(5))")
+            // The recording holds no getFlowConfiguration, identify or restart: every call kind it holds is supported.
+            #expect(tally.refused.isEmpty, "\(tally.refusalExamples)")
+            #expect(tally.reproduced == recording.finishedCalls.count)
+            // Every source, timeouts, fallbacks, preload errors, targeting lost, getFlowOrDefault both ways.
+            for s in ["network", "cache", "defaultAudience", "fallbackFile", "error", "preload"] { #expect((tally.sources[s] ?? 0) >= 20, "\(s)") }
+            for c in Recording.supportedCalls { #expect((tally.calls[c] ?? 0) >= 50, "\(c)") }
+            #expect(tally.timeouts >= 100 && tally.fallbacks >= 100 && tally.preloadErrors >= 20 && tally.targetingLost >= 100)
+            let orDefault = recording.finishedCalls.compactMap(recording.call).filter { $0.name == "getFlowOrDefault" }
+            #expect(orDefault.filter { $0.attribution != "timeout" && $0.source == "network" }.count >= 20, "attribution path won")
+            #expect(orDefault.filter { $0.attribution == "timeout" && $0.source == "defaultAudience" }.count >= 20, "timer won")
+            counts.append(tally.reproduced)
+        }
+        #expect(counts.count == 2 && counts[0] == counts[1])
+    }
+
+    @Test("with --session, the calls of the same session that overlapped the call are played with it, and the scenario passes")
+    func sessionScenariosPass() {
+        let recording = Recording(Self.recorded)
+        let tally = reproduceAll(recording, session: true, every: 5, keep: true)
+        print("reproduce --session: \(tally.reproduced) reproduced, refused \(tally.refused.map { "\($0.key.rawValue): \($0.value)" }.sorted())")
+        #expect(tally.mismatches.isEmpty, "\(tally.mismatches.prefix(5))")
+        #expect(tally.reproduced >= 380, "\(tally.refusalExamples)")
+        // Refusals are named: only recorded answers one scenario backend cannot give (an audience that changed with attribution).
+        #expect(Set(tally.refused.keys).isSubset(of: [.conflict, .differs]), "\(tally.refusalExamples)")
+        #expect(tally.refused.values.reduce(0, +) * 10 <= tally.reproduced, "\(tally.refusalExamples)")
+        #expect(tally.scenarios.contains { $0.reproduced.calls.count >= 3 }, "no scenario played overlapping calls")
+    }
+
+    @Test("a changed expectation or a stage-A budget moved by 0.25 s makes reproduced scenarios fail: the expectations are real")
+    func mutatedScenariosFail() throws {
+        let recording = Recording(Self.recorded)
+        let tally = reproduceAll(recording, every: 4, keep: true)
+        var variationChanged = 0, variationFailed = 0, budgetMoved = 0, budgetFailed = 0
+        for (call, r) in tally.scenarios {
+            if call.kind == .fetch, !call.isError {
+                var s = r.scenario
+                s.expect[r.step].variation = (call.variation ?? "") + "-other"
+                variationChanged += 1
+                if !ScenarioRunner(s).run().succeeded { variationFailed += 1 }
+            }
+            // A getFlow that a stage-A deadline cut (its targeted request hung or was too slow).
+            if call.name == "getFlow", call.timeouts.contains(where: { $0.stage == "targeted" }),
+               case .getFlow(let p, let policy, let t?) = r.scenario.steps[r.step].call {
+                var s = r.scenario
+                s.steps[r.step].call = .getFlow(placement: p, policy: policy, loadTimeout: t + 0.25)
+                budgetMoved += 1
+                if !ScenarioRunner(s).run().succeeded { budgetFailed += 1 }
+            }
+        }
+        print("mutations: variation changed \(variationChanged), failed \(variationFailed); stage A moved \(budgetMoved), failed \(budgetFailed)")
+        #expect(variationChanged >= 200 && variationFailed == variationChanged)
+        #expect(budgetMoved >= 30 && budgetFailed == budgetMoved)
+    }
+
+    @Test("flowscope reproduce writes a file flowscope run passes, prints it without --out, and flowscope run fails once an expectation is changed")
+    func commandLineRoundTrip() async throws {
+        let dir = makeTemporaryDirectory("reproduce-cli")
+        defer { removeDirectory(dir) }
+        let sample = Array(Self.recorded.prefix(400))
+        try write(sample.map(\.jsonLine).joined(separator: "\n") + "\n", to: dir + "/trace.jsonl")
+        let recording = Recording(sample)
+        let fallbackCall = try #require(recording.finishedCalls.first { recording.call($0)?.source == "fallbackFile" }
+            ?? recording.finishedCalls.first)
+        let made = await flowscope("reproduce", dir + "/trace.jsonl", "--call", fallbackCall, "--out", dir + "/s.json")
+        #expect(made.status == 0, "\(made.err)")
+        #expect(made.err.contains("flowscope run \(dir)/s.json"))
+        let run = await flowscope("run", dir + "/s.json", "--json")
+        #expect(run.status == 0, "\(run.out)")
+        let printed = await flowscope("reproduce", dir + "/trace.jsonl", "--call", fallbackCall.uppercased())
+        #expect(printed.status == 0)
+        let written = try String(contentsOfFile: dir + "/s.json", encoding: .utf8)
+        #expect(printed.out == written)
+        let changed = printed.out.replacingOccurrences(of: #""requests": "#, with: #""requests": 1"#)
+        try write(changed, to: dir + "/changed.json")
+        let failing = await flowscope("run", dir + "/changed.json")
+        #expect(failing.status == 1, "\(failing.out)")
+        #expect(failing.out.contains("FAIL"))
+        let session = await flowscope("reproduce", dir + "/trace.jsonl", "--call", fallbackCall, "--session")
+        #expect(session.status == 0, "\(session.err)")
+    }
+
+    @Test("bad input exits 2 naming what is wrong: an unknown trace, a trace that is not a call, a truncated file, a missing --call, a wrong token")
+    func badInputExitsTwo() async throws {
+        let dir = makeTemporaryDirectory("reproduce-bad")
+        defer { removeDirectory(dir) }
+        let sample = Array(Self.recorded.prefix(400))
+        let lines = sample.map(\.jsonLine)
+        try write(lines.joined(separator: "\n") + "\n", to: dir + "/trace.jsonl")
+        let unknown = await flowscope("reproduce", dir + "/trace.jsonl", "--call", String(repeating: "ab", count: 16))
+        #expect(unknown.status == 2)
+        #expect(unknown.err.contains("no event of trace abababababababababababababababab in the recording (400 events"), "\(unknown.err)")
+        let notHex = await flowscope("reproduce", dir + "/trace.jsonl", "--call", "main_paywall")
+        #expect(notHex.status == 2 && notHex.err.contains("is not a trace id (expected 32 hex characters"), "\(notHex.err)")
+        // Attribution observed outside any call: a trace of its own that is not a call.
+        let activity = try #require(sample.first { $0.name == .attributionApplied }).trace.hex
+        let notCall = await flowscope("reproduce", dir + "/trace.jsonl", "--call", activity)
+        #expect(notCall.status == 2 && notCall.err.contains("trace \(activity) is not a call: its 1 event(s) (attribution.applied)"), "\(notCall.err)")
+        // Truncated in the middle of a line, and cut before a call's end.
+        let cut = lines.joined(separator: "\n")
+        try write(String(cut.prefix(cut.utf8.count / 2)), to: dir + "/truncated.jsonl")
+        let truncated = await flowscope("reproduce", dir + "/truncated.jsonl", "--call", activity)
+        #expect(truncated.status == 2 && truncated.err.contains("truncated.jsonl: line "), "\(truncated.err)")
+        let recording = Recording(sample)
+        let trace = try #require(recording.finishedCalls.first)
+        let call = try #require(recording.call(trace))
+        let endSeq = try #require(call.endSeq)
+        try write(sample.filter { $0.seq < endSeq }.map(\.jsonLine).joined(separator: "\n") + "\n", to: dir + "/cut.jsonl")
+        let unfinished = await flowscope("reproduce", dir + "/cut.jsonl", "--call", trace)
+        #expect(unfinished.status == 2 && unfinished.err.contains("has no end event: it was still running when the recording ended"), "\(unfinished.err)")
+        let missing = await flowscope("reproduce", dir + "/trace.jsonl")
+        #expect(missing.status == 2 && missing.err.contains("--call TRACE is required"), "\(missing.err)")
+        let noFile = await flowscope("reproduce", dir + "/none.jsonl", "--call", trace)
+        #expect(noFile.status == 2 && noFile.err.contains("SOURCE \(dir)/none.jsonl: not found"), "\(noFile.err)")
+        let token = await flowscope("reproduce", dir + "/trace.jsonl", "--call", trace, "--token", "x")
+        #expect(token.status == 2 && token.err.contains("--token applies to SOURCE https://"), "\(token.err)")
+    }
+
+    @Test("a server answers GET /api/calls/{trace}/scenario with the same file, 404 for an unknown trace and 422 with the reason for a call it cannot reproduce; reproduce reads its /api/events over HTTPS")
+    func serverEndpointAndEventsOverHTTPS() async throws {
+        let stack = try StackFixture(sinks: #"{ type: "memory", capacity: 20000 }"#)
+        defer { stack.stop() }
+        let sample = Array(Self.recorded.prefix(3000))
+        let reply = try stack.ingest(sample.map(\.jsonLine).joined(separator: "\n") + "\n")
+        #expect(reply.status == 202, "\(reply.text)")
+        let recording = Recording(sample)
+        let traces = Array(recording.finishedCalls.prefix(40))
+        #expect(traces.count == 40)
+        for trace in traces {
+            let expected = try #require(try? recording.scenario(trace: trace, session: false).get())
+            let answer = try stack.get("/api/calls/\(trace)/scenario")
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(answer.text == expected.text)
+        }
+        let withSession = try stack.get("/api/calls/\(traces[0])/scenario?session=1")
+        let sessionText = try recording.scenario(trace: traces[0], session: true).get().text
+        #expect(withSession.status == 200 && withSession.text == sessionText)
+        let unknown = try stack.get("/api/calls/\(String(repeating: "0f", count: 16))/scenario")
+        #expect(unknown.status == 404)
+        let unknownMessage = try JSON5.parse(unknown.text)["error"]?["message"]?.stringValue ?? ""
+        #expect(unknownMessage.contains("no event of trace"), "\(unknown.text)")
+        let activity = try #require(sample.first { $0.name == .attributionApplied }).trace.hex
+        let notCall = try stack.get("/api/calls/\(activity)/scenario")
+        #expect(notCall.status == 422)
+        let reason = try JSON5.parse(notCall.text)["error"]?["reason"]?.stringValue
+        #expect(reason == "notACall", "\(notCall.text)")
+
+        let dir = makeTemporaryDirectory("reproduce-https")
+        defer { removeDirectory(dir) }
+        let url = "https://127.0.0.1:\(stack.port)/api/events"
+        let viaServer = await flowscope("reproduce", url, "--ca", stack.dir + "/state/tls/cert.pem", "--call", traces[1], "--out", dir + "/s.json")
+        #expect(viaServer.status == 0, "\(viaServer.err)")
+        let fromServer = try? String(contentsOfFile: dir + "/s.json", encoding: .utf8)
+        let fromRecording = try recording.scenario(trace: traces[1], session: false).get().text
+        #expect(fromServer == fromRecording)
+        let run = await flowscope("run", dir + "/s.json")
+        #expect(run.status == 0, "\(run.out)")
+    }
+}
