@@ -185,17 +185,22 @@ struct ReproduceTests {
         }
         sink.close()
 
-        var counts: [Int] = []
+        // The same reader `flowscope reproduce` uses; both files give back every event as recorded.
+        var read: [[Envelope]] = []
         for source in [dir + "/trace.jsonl", dir + "/events.db"] {
-            guard case .success(let parsed) = TrafficSource.parse(source) else { Issue.record("\(source) not read"); return }
-            guard case .success(let envelopes) = await parsed.read(caFile: nil, token: nil, label: "SOURCE", defaultRun: nil) else {
+            guard case .success(let parsed) = TrafficSource.parse(source, label: "SOURCE"),
+                  case .success(let envelopes) = await parsed.read(caFile: nil, token: nil, label: "SOURCE", defaultRun: nil) else {
                 Issue.record("\(source) not read"); return
             }
-            #expect(envelopes.count == Self.recorded.count, "\(source)")
+            #expect(envelopes.map(\.jsonLine) == Self.recorded.map(\.jsonLine), "\(source)")
+            read.append(envelopes)
+        }
+        // Every call from the JSON Lines file; every 8th from the sqlite file (the same events, checked above).
+        for (envelopes, stride) in zip(read, [1, 8]) {
             let recording = Recording(envelopes)
-            #expect(recording.finishedCalls.count >= 2_000, "\(source): \(recording.finishedCalls.count) calls")
-            let tally = reproduceAll(recording)
-            print("reproduce \(source.hasSuffix(".db") ? "sqlite" : "jsonl"): \(recording.finishedCalls.count) finished calls, "
+            #expect(recording.finishedCalls.count >= 2_000, "\(recording.finishedCalls.count) calls")
+            let tally = reproduceAll(recording, every: stride)
+            print("reproduce \(stride == 1 ? "jsonl" : "sqlite"): \(recording.finishedCalls.count) finished calls, every \(stride): "
                   + "\(tally.reproduced) reproduced, refused \(tally.refused.map { "\($0.key.rawValue): \($0.value)" }.sorted()); "
                   + "calls \(tally.calls.sorted { $0.key < $1.key }); sources \(tally.sources.sorted { $0.key < $1.key }); "
                   + "timeouts \(tally.timeouts), fallbacks \(tally.fallbacks), preload errors \(tally.preloadErrors), "
@@ -203,7 +208,8 @@ struct ReproduceTests {
             #expect(tally.mismatches.isEmpty, "\(tally.mismatches.prefix(5))")
             // The recording holds no getFlowConfiguration, identify or restart: every call kind it holds is supported.
             #expect(tally.refused.isEmpty, "\(tally.refusalExamples)")
-            #expect(tally.reproduced == recording.finishedCalls.count)
+            #expect(tally.reproduced == (recording.finishedCalls.count + stride - 1) / stride)
+            guard stride == 1 else { continue }
             // Every source, timeouts, fallbacks, preload errors, targeting lost, getFlowOrDefault both ways.
             for s in ["network", "cache", "defaultAudience", "fallbackFile", "error", "preload"] { #expect((tally.sources[s] ?? 0) >= 20, "\(s)") }
             for c in Recording.supportedCalls { #expect((tally.calls[c] ?? 0) >= 50, "\(c)") }
@@ -211,18 +217,16 @@ struct ReproduceTests {
             let orDefault = recording.finishedCalls.compactMap(recording.call).filter { $0.name == "getFlowOrDefault" }
             #expect(orDefault.filter { $0.attribution != "timeout" && $0.source == "network" }.count >= 20, "attribution path won")
             #expect(orDefault.filter { $0.attribution == "timeout" && $0.source == "defaultAudience" }.count >= 20, "timer won")
-            counts.append(tally.reproduced)
         }
-        #expect(counts.count == 2 && counts[0] == counts[1])
     }
 
     @Test("with --session, the calls of the same session that overlapped the call are played with it, and the scenario passes")
     func sessionScenariosPass() {
         let recording = Recording(Self.recorded)
-        let tally = reproduceAll(recording, session: true, every: 5, keep: true)
+        let tally = reproduceAll(recording, session: true, every: 8, keep: true)
         print("reproduce --session: \(tally.reproduced) reproduced, refused \(tally.refused.map { "\($0.key.rawValue): \($0.value)" }.sorted())")
         #expect(tally.mismatches.isEmpty, "\(tally.mismatches.prefix(5))")
-        #expect(tally.reproduced >= 380, "\(tally.refusalExamples)")
+        #expect(tally.reproduced >= 250, "\(tally.refusalExamples)")
         // Refusals are named: only recorded answers one scenario backend cannot give (an audience that changed with attribution).
         #expect(Set(tally.refused.keys).isSubset(of: [.conflict, .differs]), "\(tally.refusalExamples)")
         #expect(tally.refused.values.reduce(0, +) * 10 <= tally.reproduced, "\(tally.refusalExamples)")
@@ -232,7 +236,7 @@ struct ReproduceTests {
     @Test("a changed expectation or a stage-A budget moved by 0.25 s makes reproduced scenarios fail: the expectations are real")
     func mutatedScenariosFail() throws {
         let recording = Recording(Self.recorded)
-        let tally = reproduceAll(recording, every: 4, keep: true)
+        let tally = reproduceAll(recording, every: 5, keep: true)
         var variationChanged = 0, variationFailed = 0, budgetMoved = 0, budgetFailed = 0
         for (call, r) in tally.scenarios {
             if call.kind == .fetch, !call.isError {
@@ -251,8 +255,8 @@ struct ReproduceTests {
             }
         }
         print("mutations: variation changed \(variationChanged), failed \(variationFailed); stage A moved \(budgetMoved), failed \(budgetFailed)")
-        #expect(variationChanged >= 200 && variationFailed == variationChanged)
-        #expect(budgetMoved >= 30 && budgetFailed == budgetMoved)
+        #expect(variationChanged >= 150 && variationFailed == variationChanged)
+        #expect(budgetMoved >= 20 && budgetFailed == budgetMoved)
     }
 
     @Test("flowscope reproduce writes a file flowscope run passes, prints it without --out, and flowscope run fails once an expectation is changed")
@@ -282,7 +286,7 @@ struct ReproduceTests {
         #expect(session.status == 0, "\(session.err)")
     }
 
-    @Test("bad input exits 2 naming what is wrong: an unknown trace, a trace that is not a call, a truncated file, a missing --call, a wrong token")
+    @Test("bad input exits 2 naming what is wrong: an unknown trace, a trace that is not a call, a truncated file, a missing --call or file, --token for a file")
     func badInputExitsTwo() async throws {
         let dir = makeTemporaryDirectory("reproduce-bad")
         defer { removeDirectory(dir) }
@@ -322,12 +326,12 @@ struct ReproduceTests {
     func serverEndpointAndEventsOverHTTPS() async throws {
         let stack = try StackFixture(sinks: #"{ type: "memory", capacity: 20000 }"#)
         defer { stack.stop() }
-        let sample = Array(Self.recorded.prefix(3000))
+        let sample = Array(Self.recorded.prefix(1500))
         let reply = try stack.ingest(sample.map(\.jsonLine).joined(separator: "\n") + "\n")
         #expect(reply.status == 202, "\(reply.text)")
         let recording = Recording(sample)
-        let traces = Array(recording.finishedCalls.prefix(40))
-        #expect(traces.count == 40)
+        let traces = Array(recording.finishedCalls.prefix(12))
+        #expect(traces.count == 12)
         for trace in traces {
             let expected = try #require(try? recording.scenario(trace: trace, session: false).get())
             let answer = try stack.get("/api/calls/\(trace)/scenario")
