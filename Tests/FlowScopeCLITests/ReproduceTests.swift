@@ -259,6 +259,38 @@ struct ReproduceTests {
         #expect(budgetMoved >= 20 && budgetFailed == budgetMoved)
     }
 
+    @Test("a call that ended a few milliseconds after its deadline (a real-time timer firing late) is reproduced with the engine's time and a note; 80 ms late is refused")
+    func lateTimersAreReproducedUpToTheSlack() throws {
+        let recording = Recording(Self.recorded)
+        // A getFlowOrDefault whose timer won with the default result already there: it ends exactly at its timeout.
+        let call = try #require(recording.finishedCalls.compactMap(recording.call).first { c in
+            c.name == "getFlowOrDefault" && c.attribution == "timeout" && c.source == "defaultAudience" && c.requests.count == 1
+                && c.requests[0].endedAt.map { $0 < c.endedAt ?? 0 } == true
+        })
+        let duration = try #require(call.duration)
+        for (late, accepted) in [(0.003, true), (0.08, false)] {
+            let shifted = Self.recorded.map { e -> Envelope in
+                guard e.trace.hex == call.trace, e.name == .fetchEnd else { return e }
+                var e = e
+                e.t += late
+                e.attrs["duration"] = .number(duration + late)
+                return e
+            }
+            let result = Recording(shifted).scenario(trace: call.trace, session: false)
+            switch result {
+            case .success(let r):
+                #expect(accepted, "\(late) s late was reproduced")
+                #expect(r.text.contains("completed at \(JSONValue.number(((duration + late) * 1000).rounded() / 1000).jsonText) s in the recording "
+                                        + "and at \(JSONValue.number(duration).jsonText) s in virtual time"), "\(r.text)")
+                #expect(abs(r.reproducedDuration - duration) < 1e-6 && abs(r.recordedDuration - duration - late) < 1e-6)
+                #expect(ScenarioRunner(r.scenario).run().succeeded)
+            case .failure(let refusal):
+                #expect(!accepted, "\(refusal.message)")
+                #expect(refusal.reason == .differs && refusal.message.contains("completedAt"), "\(refusal.message)")
+            }
+        }
+    }
+
     @Test("flowscope reproduce writes a file flowscope run passes, prints it without --out, and flowscope run fails once an expectation is changed")
     func commandLineRoundTrip() async throws {
         let dir = makeTemporaryDirectory("reproduce-cli")
