@@ -5,6 +5,7 @@ import FlowSim
 import Foundation
 import SQLiteSink
 import Synchronization
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
@@ -352,6 +353,29 @@ struct ReproduceTests {
         #expect(noFile.status == 2 && noFile.err.contains("SOURCE \(dir)/none.jsonl: not found"), "\(noFile.err)")
         let token = await flowscope("reproduce", dir + "/trace.jsonl", "--call", trace, "--token", "x")
         #expect(token.status == 2 && token.err.contains("--token applies to SOURCE https://"), "\(token.err)")
+    }
+
+    @Test("a server that refuses the token makes reproduce exit 2 naming the URL and the server's answer; the right token reads its events")
+    func wrongTokenExitsTwo() async throws {
+        let sample = Array(Self.recorded.prefix(300))
+        // Answers /api/events like a server that asks every reader for its token: every event after `since`.
+        let server = try LoopbackServer { request in
+            guard request.headers["authorization"] == "Bearer right" else {
+                return .respond(status: 401, body: Array(#"{"error":{"message":"missing or invalid bearer token","status":401}}"#.utf8))
+            }
+            let since = URLComponents(string: request.target)?.queryItems?.first { $0.name == "since" }?.value.flatMap { UInt64($0) } ?? 0
+            let page = Envelope.pageJSON(sample.filter { $0.seq > since }, latestSeq: sample.last?.seq)
+            return .respond(status: 200, body: Array(page.utf8))
+        }
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)/api/events"
+        let trace = try #require(Recording(sample).finishedCalls.first)
+        let wrong = await flowscope("reproduce", url, "--call", trace, "--token", "wrong")
+        #expect(wrong.status == 2)
+        #expect(wrong.err.contains("SOURCE \(url)?since=0&limit=1000: HTTP 401: {\"error\":{\"message\":\"missing or invalid bearer token\""), "\(wrong.err)")
+        let right = await flowscope("reproduce", url, "--call", trace, "--token", "right")
+        #expect(right.status == 0, "\(right.err)")
+        #expect(right.out == (try Recording(sample).scenario(trace: trace, session: false).get().text))
     }
 
     @Test("a server answers GET /api/calls/{trace}/scenario with the same file, 404 for an unknown trace and 422 with the reason for a call it cannot reproduce; reproduce reads its /api/events over HTTPS")
