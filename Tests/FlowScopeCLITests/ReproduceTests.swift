@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import FlowScopeStubBackend
 import FlowSim
 import Foundation
 import SQLiteSink
@@ -143,7 +144,7 @@ func reproduceAll(_ recording: Recording, session: Bool = false, every stride: I
 
 /// How the scenario's run differs from the recorded call: same source, variation, audience,
 /// targeting lost, error, preload errors and request count; duration within 1 ms.
-func compare(_ call: Call, with r: ReproducedCall) -> [String] {
+func compare(_ call: Call, with r: ReproducedCall, durationTolerance: Double = 0.0011) -> [String] {
     guard let scenario = try? Scenario.decode(r.text) else { return ["the scenario text does not decode"] }
     let report = ScenarioRunner(scenario).run()
     var problems: [String] = []
@@ -165,7 +166,7 @@ func compare(_ call: Call, with r: ReproducedCall) -> [String] {
     check("preloadErrors", .object(call.failed), .object(preload))
     check("requests", .number(Double(call.requests.count)), result["requests"])
     let started = result["startedAt"]?.numberValue ?? 0, completed = result["completedAt"]?.numberValue ?? -1
-    if let d = call.duration, abs((completed - started) - d) > 0.0011 {
+    if let d = call.duration, abs((completed - started) - d) > durationTolerance {
         problems.append("duration: recorded \(d), reproduced \(completed - started)")
     }
     return problems
@@ -290,6 +291,63 @@ struct ReproduceTests {
                 #expect(refusal.reason == .differs && refusal.message.contains("completedAt"), "\(refusal.message)")
             }
         }
+    }
+
+    @Test("calls of a real FlowClient against the stub backend on real sockets, with hangs, 503s, resets and malformed bodies, are reproduced: same result, duration within the timer slack")
+    func realSocketCallsAreReproduced() async throws {
+        var rules: [String] = []
+        let fates = ["", "hang", "http:503", "", "reset", "malformed", "", "hang", "http:404", "", "http:503", "", "", "reset", ""]
+        for (i, fate) in fates.enumerated() {
+            rules.append(#"{ "match": { "nth": \#(i + 1) }, "latency": \#(0.02 + 0.01 * Double(i % 4))\#(fate.isEmpty ? "" : #", "fail": "\#(fate)""#) }"#)
+        }
+        let scenario = try Scenario.decode("""
+        { "name": "faults", "profile": { "id": "user-42" },
+          "backend": { "placements": {
+            "main": { "audiences": [ { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 100 } ] } ] },
+            "second": { "audiences": [ { "name": "All Users", "versionId": "av-2", "variations": [ { "id": "two-A", "weight": 100 } ] } ] } } },
+          "network": { "latency": 0.03, "rules": [ \(rules.joined(separator: ", ")) ] }, "steps": [] }
+        """)
+        let stub = try StubBackendServer(scenario: scenario)
+        defer { stub.stop() }
+        let collected = Collected()
+        let fallback = FallbackFile(placements: ["main": AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "fallback",
+                                                                       variations: [Variation(id: "fb-A", weight: 100)])])
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: stub.baseURL)!),
+                                configuration: .init(requestTimeout: 2, fallback: fallback), events: collected)
+        for i in 0..<5 {
+            _ = try? await client.getFlow(placementId: i % 2 == 0 ? "main" : "second", loadTimeout: 1)
+            try? await client.preloadFlows(placementIds: ["main", "second"], loadTimeout: 1)
+            _ = try? await client.getFlowForDefaultAudience(placementId: "second")
+            _ = try? await client.getFlowOrDefault(placementId: "main", timeout: 0.2)
+            _ = try? await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
+        }
+        var seq: UInt64 = 0
+        let envelopes = collected.events.withLock { $0 }.map { e -> Envelope in
+            seq += 1
+            return Envelope(e, seq: seq, ts: 1_796_000_000 + Double(seq) * 0.001, run: "real-sockets")
+        }
+        let recording = Recording(envelopes)
+        #expect(recording.finishedCalls.count == 25)
+        var reproduced = 0, exact = 0, refusedLate = 0
+        var outcomes: Set<String> = []
+        for trace in recording.finishedCalls {
+            let call = try #require(recording.call(trace))
+            for r in call.requests { outcomes.insert(r.outcome ?? "open") }
+            switch recording.scenario(trace: trace, session: false) {
+            case .failure(let refusal):
+                // On a loaded machine a deadline's timer may fire more than the slack late: refused as such, never otherwise.
+                refusedLate += 1
+                #expect(refusal.reason == .differs && refusal.message.contains("completedAt"), "\(refusal.message)")
+            case .success(let r):
+                reproduced += 1
+                let problems = compare(call, with: r, durationTolerance: Recording.timerSlack + 0.001)
+                #expect(problems.isEmpty, "\(trace): \(problems)")
+                if abs(r.recordedDuration - r.reproducedDuration) <= 0.001 { exact += 1 }
+            }
+        }
+        print("reproduce real sockets: \(recording.finishedCalls.count) calls, \(reproduced) reproduced, \(exact) within 1 ms; request outcomes \(outcomes.sorted())")
+        #expect(reproduced + refusedLate == 25 && refusedLate <= 3, "\(refusedLate) refused")
+        #expect(outcomes.isSuperset(of: ["ok", "timeout", "http:503", "reset", "malformed"]), "\(outcomes)")
     }
 
     @Test("flowscope reproduce writes a file flowscope run passes, prints it without --out, and flowscope run fails once an expectation is changed")
