@@ -293,63 +293,6 @@ struct ReproduceTests {
         }
     }
 
-    @Test("calls of a real FlowClient against the stub backend on real sockets, with hangs, 503s, resets and malformed bodies, are reproduced: same result, duration within the timer slack")
-    func realSocketCallsAreReproduced() async throws {
-        var rules: [String] = []
-        let fates = ["", "hang", "http:503", "", "reset", "malformed", "", "hang", "http:404", "", "http:503", "", "", "reset", ""]
-        for (i, fate) in fates.enumerated() {
-            rules.append(#"{ "match": { "nth": \#(i + 1) }, "latency": \#(0.02 + 0.01 * Double(i % 4))\#(fate.isEmpty ? "" : #", "fail": "\#(fate)""#) }"#)
-        }
-        let scenario = try Scenario.decode("""
-        { "name": "faults", "profile": { "id": "user-42" },
-          "backend": { "placements": {
-            "main": { "audiences": [ { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 100 } ] } ] },
-            "second": { "audiences": [ { "name": "All Users", "versionId": "av-2", "variations": [ { "id": "two-A", "weight": 100 } ] } ] } } },
-          "network": { "latency": 0.03, "rules": [ \(rules.joined(separator: ", ")) ] }, "steps": [] }
-        """)
-        let stub = try StubBackendServer(scenario: scenario)
-        defer { stub.stop() }
-        let collected = Collected()
-        let fallback = FallbackFile(placements: ["main": AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "fallback",
-                                                                       variations: [Variation(id: "fb-A", weight: 100)])])
-        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: stub.baseURL)!),
-                                configuration: .init(requestTimeout: 2, fallback: fallback), events: collected)
-        for i in 0..<5 {
-            _ = try? await client.getFlow(placementId: i % 2 == 0 ? "main" : "second", loadTimeout: 1)
-            try? await client.preloadFlows(placementIds: ["main", "second"], loadTimeout: 1)
-            _ = try? await client.getFlowForDefaultAudience(placementId: "second")
-            _ = try? await client.getFlowOrDefault(placementId: "main", timeout: 0.2)
-            _ = try? await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
-        }
-        var seq: UInt64 = 0
-        let envelopes = collected.events.withLock { $0 }.map { e -> Envelope in
-            seq += 1
-            return Envelope(e, seq: seq, ts: 1_796_000_000 + Double(seq) * 0.001, run: "real-sockets")
-        }
-        let recording = Recording(envelopes)
-        #expect(recording.finishedCalls.count == 25)
-        var reproduced = 0, exact = 0, refusedLate = 0
-        var outcomes: Set<String> = []
-        for trace in recording.finishedCalls {
-            let call = try #require(recording.call(trace))
-            for r in call.requests { outcomes.insert(r.outcome ?? "open") }
-            switch recording.scenario(trace: trace, session: false) {
-            case .failure(let refusal):
-                // On a loaded machine a deadline's timer may fire more than the slack late: refused as such, never otherwise.
-                refusedLate += 1
-                #expect(refusal.reason == .differs && refusal.message.contains("completedAt"), "\(refusal.message)")
-            case .success(let r):
-                reproduced += 1
-                let problems = compare(call, with: r, durationTolerance: Recording.timerSlack + 0.001)
-                #expect(problems.isEmpty, "\(trace): \(problems)")
-                if abs(r.recordedDuration - r.reproducedDuration) <= 0.001 { exact += 1 }
-            }
-        }
-        print("reproduce real sockets: \(recording.finishedCalls.count) calls, \(reproduced) reproduced, \(exact) within 1 ms; request outcomes \(outcomes.sorted())")
-        #expect(reproduced + refusedLate == 25 && refusedLate <= 3, "\(refusedLate) refused")
-        #expect(outcomes.isSuperset(of: ["ok", "timeout", "http:503", "reset", "malformed"]), "\(outcomes)")
-    }
-
     @Test("flowscope reproduce writes a file flowscope run passes, prints it without --out, and flowscope run fails once an expectation is changed")
     func commandLineRoundTrip() async throws {
         let dir = makeTemporaryDirectory("reproduce-cli")
@@ -475,5 +418,66 @@ struct ReproduceTests {
         #expect(fromServer == fromRecording)
         let run = await flowscope("run", dir + "/s.json")
         #expect(run.status == 0, "\(run.out)")
+    }
+}
+
+/// Real time on real sockets: in the serial pass (Makefile SERIAL matches `RealTime`), where timers fire on time.
+@Suite("flowscope reproduce of real-time calls")
+struct ReproduceRealTimeTests {
+    @Test("calls of a real FlowClient against the stub backend on real sockets, with hangs, 503s, resets and malformed bodies, are reproduced: same result, duration within the timer slack")
+    func realSocketCallsAreReproduced() async throws {
+        var rules: [String] = []
+        let fates = ["", "hang", "http:503", "", "reset", "malformed", "", "hang", "http:404", "", "http:503", "", "", "reset", ""]
+        for (i, fate) in fates.enumerated() {
+            rules.append(#"{ "match": { "nth": \#(i + 1) }, "latency": \#(0.02 + 0.01 * Double(i % 4))\#(fate.isEmpty ? "" : #", "fail": "\#(fate)""#) }"#)
+        }
+        let scenario = try Scenario.decode("""
+        { "name": "faults", "profile": { "id": "user-42" },
+          "backend": { "placements": {
+            "main": { "audiences": [ { "name": "All Users", "versionId": "av-all", "variations": [ { "id": "all-A", "weight": 100 } ] } ] },
+            "second": { "audiences": [ { "name": "All Users", "versionId": "av-2", "variations": [ { "id": "two-A", "weight": 100 } ] } ] } } },
+          "network": { "latency": 0.03, "rules": [ \(rules.joined(separator: ", ")) ] }, "steps": [] }
+        """)
+        let stub = try StubBackendServer(scenario: scenario)
+        defer { stub.stop() }
+        let collected = Collected()
+        let fallback = FallbackFile(placements: ["main": AudiencePayload(placementId: "main", audienceName: "All Users", audienceVersionId: "fallback",
+                                                                       variations: [Variation(id: "fb-A", weight: 100)])])
+        let client = FlowClient(profile: Profile(id: "user-42"), backend: try HTTPBackend(baseURL: URL(string: stub.baseURL)!),
+                                configuration: .init(requestTimeout: 2, fallback: fallback), events: collected)
+        for i in 0..<5 {
+            _ = try? await client.getFlow(placementId: i % 2 == 0 ? "main" : "second", loadTimeout: 1)
+            try? await client.preloadFlows(placementIds: ["main", "second"], loadTimeout: 1)
+            _ = try? await client.getFlowForDefaultAudience(placementId: "second")
+            _ = try? await client.getFlowOrDefault(placementId: "main", timeout: 0.2)
+            _ = try? await client.getFlow(placementId: "main", fetchPolicy: .returnCacheDataElseLoad, loadTimeout: 1)
+        }
+        var seq: UInt64 = 0
+        let envelopes = collected.events.withLock { $0 }.map { e -> Envelope in
+            seq += 1
+            return Envelope(e, seq: seq, ts: 1_796_000_000 + Double(seq) * 0.001, run: "real-sockets")
+        }
+        let recording = Recording(envelopes)
+        #expect(recording.finishedCalls.count == 25)
+        var reproduced = 0, exact = 0, refusedLate = 0
+        var outcomes: Set<String> = []
+        for trace in recording.finishedCalls {
+            let call = try #require(recording.call(trace))
+            for r in call.requests { outcomes.insert(r.outcome ?? "open") }
+            switch recording.scenario(trace: trace, session: false) {
+            case .failure(let refusal):
+                // On a loaded machine a deadline's timer may fire more than the slack late: refused as such, never otherwise.
+                refusedLate += 1
+                #expect(refusal.reason == .differs && refusal.message.contains("completedAt"), "\(refusal.message)")
+            case .success(let r):
+                reproduced += 1
+                let problems = compare(call, with: r, durationTolerance: Recording.timerSlack + 0.001)
+                #expect(problems.isEmpty, "\(trace): \(problems)")
+                if abs(r.recordedDuration - r.reproducedDuration) <= 0.001 { exact += 1 }
+            }
+        }
+        print("reproduce real sockets: \(recording.finishedCalls.count) calls, \(reproduced) reproduced, \(exact) within 1 ms; request outcomes \(outcomes.sorted())")
+        #expect(reproduced + refusedLate == 25 && refusedLate <= 3, "\(refusedLate) refused")
+        #expect(outcomes.isSuperset(of: ["ok", "timeout", "http:503", "reset", "malformed"]), "\(outcomes)")
     }
 }
