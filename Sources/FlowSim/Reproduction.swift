@@ -228,33 +228,7 @@ public struct Recording: Sendable {
         }
 
         // The network: each request's latency and outcome, as the nth request of its placement and kind.
-        var ordered: [(at: Int64, call: Int, index: Int, request: Call.Request)] = []
-        for (ci, c) in calls.enumerated() {
-            for (ri, r) in c.requests.enumerated() { ordered.append((micro(r.issuedAt), ci, ri, r)) }
-        }
-        ordered.sort { ($0.at, $0.call, $0.index) < ($1.at, $1.call, $1.index) }
-        var counts: [String: Int] = [:]
-        var rules: [Ordered] = []
-        for (_, _, _, r) in ordered {
-            let p = r.placement ?? ""
-            let key = p + "\u{0}" + r.kind
-            counts[key, default: 0] += 1
-            var rule: [(String, Ordered)] = [("match", .object([("placement", .string(p)), ("kind", .string(r.kind)),
-                                                                ("nth", .number(Double(counts[key] ?? 1)))]))]
-            let latency = r.endedAt.map { micro($0) - micro(r.issuedAt) } ?? 0
-            switch r.outcome {
-            case "ok"?: rule.append(("latency", .seconds(latency)))
-            case "timeout"?, "cancelled"?, nil: rule.append(("fail", .string("hang")))
-            case "reset"?, "malformed"?: rule += [("latency", .seconds(latency)), ("fail", .string(r.outcome ?? ""))]
-            case let o? where o.hasPrefix("http:"): rule += [("latency", .seconds(latency)), ("fail", .string(o))]
-            case let o?:
-                throw ReproductionRefusal(.unsupportedCall, "call \(target.trace): a \(r.kind) request ended with outcome \(o), which a "
-                                          + "scenario's network cannot play")
-            }
-            rules.append(.object(rule))
-        }
-        // A request the recording does not have never answers (last rule: it matches every request).
-        rules.append(.object([("fail", .string("hang"))]))
+        let rules = try Self.networkRules(calls)
 
         // The cache: per placement, the entry its first read found (kind, age at the scenario's start).
         var readsByPlacement: [String: (envelope: Envelope, call: Call)] = [:]
@@ -415,7 +389,15 @@ public struct Recording: Sendable {
         if let requestTimeout { file.append(("client", .object([("requestTimeout", .seconds(requestTimeout))]))) }
         file += [("steps", .array(steps)), ("expect", .array(expect))]
 
-        // Played before it is handed out: the engine in virtual time must return what was recorded.
+        return try Self.played(file, steps: calls, target: target, targetStep: targetStep, targetAt: rel(target.startT))
+    }
+
+    /// The scenario `file` (its description second, its expect block last), played before it is
+    /// handed out: the engine in virtual time must return what was recorded. `steps[i]` is the
+    /// recorded call of step i (nil: a step that only prepares one).
+    private static func played(_ file: [(String, Ordered)], steps: [Call?], target: Call, targetStep: Int,
+                               targetAt: Int64) throws(ReproductionRefusal) -> ReproducedCall {
+        var file = file
         var text = Ordered.object(file).text
         var scenario = try Self.decode(text)
         var report = ScenarioRunner(scenario).run()
@@ -428,16 +410,18 @@ public struct Recording: Sendable {
             }
             guard slack else {
                 let f = report.failures[0]
-                throw ReproductionRefusal(.differs, "call \(calls[f.step].trace): in virtual time the engine's \(f.key) is \(f.actual.jsonText) "
-                                          + "where the recording has \(f.expected.jsonText), so the recording is not reproduced "
-                                          + "(events missing, or a behaviour the scenario does not model)")
+                throw ReproductionRefusal(.differs, "call \((steps[f.step] ?? target).trace): in virtual time the engine's \(f.key) is "
+                                          + "\(f.actual.jsonText) where the recording has \(f.expected.jsonText), so the recording is not "
+                                          + "reproduced (events missing, or a behaviour the scenario does not model)")
             }
-            var fixed = expect
+            guard case .array(var fixed) = file[file.count - 1].1, case .string(var description) = file[1].1 else {
+                throw ReproductionRefusal(.differs, "call \(target.trace): the scenario does not pass in virtual time")
+            }
             var notes: [String] = []
             for f in report.failures {
-                guard case .object(var fields) = fixed[f.step] else { continue }
+                guard case .object(var fields) = fixed[f.expectation] else { continue }
                 if let k = fields.firstIndex(where: { $0.0 == "completedAt" }) { fields[k].1 = .number(f.actual.numberValue ?? 0) }
-                fixed[f.step] = .object(fields)
+                fixed[f.expectation] = .object(fields)
                 notes.append("step \(f.step) completed at \(f.expected.jsonText) s in the recording and at \(f.actual.jsonText) s in virtual time")
             }
             description += " Deadlines fire late in real time: " + notes.joined(separator: "; ") + "."
@@ -451,9 +435,43 @@ public struct Recording: Sendable {
             }
         }
         let recorded = micro(target.duration ?? 0)
-        let reproduced = report.results[targetStep].completedAt.map { micro($0) - rel(target.startT) } ?? recorded
-        return ReproducedCall(text: text, scenario: scenario, step: targetStep, calls: calls,
+        let reproduced = report.results[targetStep].completedAt.map { micro($0) - targetAt } ?? recorded
+        return ReproducedCall(text: text, scenario: scenario, step: targetStep, calls: steps.compactMap { $0 },
                               recordedDuration: Double(recorded) / 1e6, reproducedDuration: Double(reproduced) / 1e6)
+    }
+
+    /// Each request of `calls` in the order issued, as the nth request of its placement and kind:
+    /// its recorded latency and outcome; then a rule that makes any other request hang.
+    private static func networkRules(_ calls: [Call]) throws(ReproductionRefusal) -> [Ordered] {
+        var ordered: [(at: Int64, call: Int, index: Int, request: Call.Request)] = []
+        for (ci, c) in calls.enumerated() {
+            for (ri, r) in c.requests.enumerated() { ordered.append((micro(r.issuedAt), ci, ri, r)) }
+        }
+        ordered.sort { ($0.at, $0.call, $0.index) < ($1.at, $1.call, $1.index) }
+        var counts: [String: Int] = [:]
+        var rules: [Ordered] = []
+        for (_, _, _, r) in ordered {
+            let p = r.placement ?? ""
+            let key = p + "\u{0}" + r.kind
+            counts[key, default: 0] += 1
+            var rule: [(String, Ordered)] = [("match", .object([("placement", .string(p)), ("kind", .string(r.kind)),
+                                                                ("nth", .number(Double(counts[key] ?? 1)))]))]
+            let latency = r.endedAt.map { micro($0) - micro(r.issuedAt) } ?? 0
+            switch r.outcome {
+            case "ok"?: rule.append(("latency", .seconds(latency)))
+            case "timeout"?, "cancelled"?, nil: rule.append(("fail", .string("hang")))
+            case "reset"?, "malformed"?: rule += [("latency", .seconds(latency)), ("fail", .string(r.outcome ?? ""))]
+            case let o? where o.hasPrefix("http:"): rule += [("latency", .seconds(latency)), ("fail", .string(o))]
+            case let o?:
+                throw ReproductionRefusal(.unsupportedCall, "a \(r.kind) request ended with outcome \(o), which a "
+                                          + "scenario's network cannot play")
+            }
+            rules.append(.object(rule))
+        }
+        // A request the recording does not have never answers (last rule: it matches every request).
+        rules.append(.object([("fail", .string("hang"))]))
+
+        return rules
     }
 
     /// How much later than the engine's exact time a real-time call may have ended (a deadline's
