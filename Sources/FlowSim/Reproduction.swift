@@ -99,6 +99,13 @@ public struct Recording: Sendable {
                                       + "fetch.start or preload.start (engine activity such as attribution observed or a profile switch)")
         }
         try Self.check(target, trace: trace)
+        if target.name == "getFlowConfiguration" {
+            guard !session else {
+                throw ReproductionRefusal(.unsupportedCall, "call \(trace) (getFlowConfiguration): a layout fetch is reproduced alone "
+                                          + "(without --session)")
+            }
+            return try buildConfiguration(target)
+        }
         var included = [target]
         var sessionID: SessionID?
         if session {
@@ -170,21 +177,24 @@ public struct Recording: Sendable {
                                       + (c.outOfOrder ? ", events out of order" : ""))
         }
         guard let name = c.name, supportedCalls.contains(name) else {
-            throw ReproductionRefusal(.unsupportedCall, "\(what): \(c.name ?? "this call") is not reproduced (a scenario cannot seed the "
-                                      + "layout cache it reads); reproducible: \(supportedCalls.joined(separator: ", "))")
+            throw ReproductionRefusal(.unsupportedCall, "\(what): \(c.name ?? "this call") is not reproduced; reproducible: "
+                                      + supportedCalls.joined(separator: ", "))
         }
         if let code = c.errorCode?.intValue, code == FlowError.Code.profileWasChanged.rawValue || code == FlowError.Code.operationInterrupted.rawValue {
             throw ReproductionRefusal(.interrupted, "\(what) ended with error \(code) (\(code == 3006 ? "profileWasChanged" : "operationInterrupted")): "
                                       + "an identify, a cancellation or a restart ended it, which its events do not record")
         }
-        for r in c.requests where r.kind != RequestKind.targeted.rawValue && r.kind != RequestKind.default.rawValue || r.placement == nil {
+        let kinds: Set<String> = name == "getFlowConfiguration" ? [RequestKind.layout.rawValue, RequestKind.asset.rawValue]
+            : [RequestKind.targeted.rawValue, RequestKind.default.rawValue]
+        for r in c.requests where !kinds.contains(r.kind) || r.placement == nil {
             throw ReproductionRefusal(.unsupportedCall, "\(what) issued a \(r.kind) request\(r.placement == nil ? " without a placement" : ""), "
                                       + "which a reproduced scenario does not play")
         }
     }
 
     /// The calls a reproduced scenario plays.
-    public static let supportedCalls = ["getFlow", "getFlowForDefaultAudience", "getFlowOrDefault", "preloadFlows", "preloadFlowsForDefaultAudience"]
+    public static let supportedCalls = ["getFlow", "getFlowForDefaultAudience", "getFlowOrDefault", "preloadFlows",
+                                        "preloadFlowsForDefaultAudience", "getFlowConfiguration"]
 
     private func startEvent(_ c: Call) -> Envelope? {
         (events[c.trace] ?? []).first { $0.name == .fetchStart || $0.name == .preloadStart }
@@ -370,7 +380,7 @@ public struct Recording: Sendable {
             profile.append(("attribution", .object([("appleAds", .object([("appliesAt", .seconds(max(0, rel(a))))]))])))
         }
         let label = "\(target.name ?? "call") \(target.placement ?? target.placements.joined(separator: ","))"
-        var description = "Reproduces call \(target.trace) (\(label)) of run \(JSONValue.string(target.run).jsonText)"
+        let description = "Reproduces call \(target.trace) (\(label)) of run \(JSONValue.string(target.run).jsonText)"
             + (session.map { ", session \($0.hex)" } ?? "")
             + (calls.count > 1 ? ", with the \(calls.count - 1) other call(s) of its session that overlapped it or stored a cache entry it found" : "")
             + ". Times count from the first call's start; every request answers after its recorded latency with its recorded "
@@ -390,6 +400,64 @@ public struct Recording: Sendable {
         file += [("steps", .array(steps)), ("expect", .array(expect))]
 
         return try Self.played(file, steps: calls, target: target, targetStep: targetStep, targetAt: rel(target.startT))
+    }
+
+    /// getFlowConfiguration: a getFlow served from a seeded cache entry gives the flow (its layout
+    /// reference), then the call fetches the layout (network or fallback file) at the same instant.
+    private func buildConfiguration(_ c: Call) throws(ReproductionRefusal) -> ReproducedCall {
+        let evs = events[c.trace] ?? []
+        guard let p = c.placement, let start = startEvent(c) else {
+            throw ReproductionRefusal(.incomplete, "call \(c.trace) (getFlowConfiguration) names no placement")
+        }
+        guard let miss = evs.first(where: { $0.name == .layoutCacheMiss }), let id = miss.attrs["layoutId"]?.stringValue,
+              let version = miss.attrs["version"]?.intValue else {
+            throw ReproductionRefusal(.unsupportedCall, "call \(c.trace) (getFlowConfiguration \(p)): its layout came from the layout cache, "
+                                      + "which a scenario cannot seed (a scenario starts with an empty layout cache)")
+        }
+        let bundled = evs.filter { $0.name == .assetBundled }.compactMap { $0.attrs["mediaId"]?.stringValue }
+        let downloads = evs.first { $0.name == .assetsPrefetchStart }?.attrs["count"]?.intValue ?? 0
+        let variation = c.variation ?? "unrecorded", audience = c.audience ?? defaultAudienceName
+        var audiences: [Ordered] = []
+        if audience != defaultAudienceName {
+            audiences.append(.object([("name", .string(audience)), ("versionId", .string(Self.versionId(audience))),
+                                      ("variations", .array([.object([("id", .string(variation)), ("weight", .number(100))])]))]))
+        }
+        audiences.append(.object([("name", .string(defaultAudienceName)), ("versionId", .string(Self.versionId(defaultAudienceName))),
+                                  ("variations", .array([.object([("id", .string(audience == defaultAudienceName ? variation : "unrecorded")),
+                                                                  ("weight", .number(100))])]))]))
+        var layout: [(String, Ordered)] = [("id", .string(id)), ("version", .number(Double(version))),
+                                           ("images", .number(Double(downloads + bundled.count)))]
+        if !bundled.isEmpty { layout.append(("customMedia", .array(bundled.map(Ordered.string)))) }
+        var step: [(String, Ordered)] = [("at", .number(0)), ("call", .string("getFlowConfiguration")), ("placement", .string(p))]
+        if let t = start.attrs["loadTimeout"]?.numberValue { step.append(("loadTimeout", .seconds(micro(t)))) }
+        if !bundled.isEmpty { step.append(("bundled", .array(bundled.map(Ordered.string)))) }
+        var expect: [(String, Ordered)] = [("step", .number(1)), ("outcome", .string(c.isError ? "error" : "success"))]
+        if let code = c.errorCode?.intValue {
+            expect.append(("errorCode", .number(Double(code))))
+        } else {
+            expect += [("source", .string(c.source ?? "")), ("variation", .string(variation)), ("audience", .string(audience)),
+                       ("targetingLost", .bool(c.targetingLost))]
+        }
+        expect += [("completedAt", .milliseconds(micro(c.duration ?? 0))),
+                   ("requests", .number(Double(c.requests.filter { $0.kind != RequestKind.asset.rawValue }.count)))]
+        var file: [(String, Ordered)] = [
+            ("name", .string("reproduce getFlowConfiguration \(p) (trace \(c.trace))")),
+            ("description", .string("Reproduces call \(c.trace) (getFlowConfiguration \(p)) of run \(JSONValue.string(c.run).jsonText). Step 0 "
+                                    + "only gives it the flow (from a cache entry, no request); the layout request answers after its "
+                                    + "recorded latency with its recorded outcome, and a request the recording does not have never answers.")),
+            ("profile", .object([("id", .string("reproduced-user"))])),
+            ("backend", .object([("placements", .object([(p, .object([("audiences", .array(audiences)), ("layout", .object(layout))]))]))])),
+            ("network", .object([("latency", .number(0)), ("rules", .array(try Self.networkRules([c])))])),
+            ("cache", .array([.object([("placement", .string(p)), ("variation", .string(variation)), ("audience", .string(audience)),
+                                       ("age", .number(1)), ("fromDefaultAudience", .bool(c.targetingLost))])])),
+        ]
+        if c.source == "fallbackFile" {
+            file.append(("fallbackFile", .object([(p, .object([("variation", .string(variation)), ("layout", .bool(true))]))])))
+        }
+        file += [("steps", .array([.object([("at", .number(0)), ("call", .string("getFlow")), ("placement", .string(p)),
+                                            ("fetchPolicy", .string("returnCacheDataElseLoad"))]), .object(step)])),
+                 ("expect", .array([.object(expect)]))]
+        return try Self.played(file, steps: [nil, c], target: c, targetStep: 1, targetAt: 0)
     }
 
     /// The scenario `file` (its description second, its expect block last), played before it is
