@@ -580,7 +580,11 @@ private struct StoreKey: Hashable, Sendable {
 }
 
 /// Engine seconds as whole microseconds, the engine's own unit (fetch-semantics.md, "Time is exact").
-private func micro(_ seconds: Double) -> Int64 { Int64((seconds * 1_000_000).rounded()) }
+/// A recorded value is any finite number: held within ±10^12 s, so that sums and differences of a
+/// few of them never overflow (the scenario's decoding then refuses what is out of its range).
+private func micro(_ seconds: Double) -> Int64 {
+    Int64((min(max(seconds, -1e12), 1e12) * 1_000_000).rounded())
+}
 
 /// A reproduced call: the scenario file and what it holds.
 public struct ReproducedCall: Sendable {

@@ -361,6 +361,35 @@ struct ReproduceTests {
         #expect(token.status == 2 && token.err.contains("--token applies to SOURCE https://"), "\(token.err)")
     }
 
+    @Test("absurd recorded values (times of 1e300 s, negative or huge ages and budgets) are refused with a reason, never a crash")
+    func absurdValuesAreRefused() throws {
+        let sample = Array(Self.recorded.prefix(3000))
+        let recording = Recording(sample)
+        let calls = recording.finishedCalls.prefix(90).compactMap(recording.call)
+        var refused = 0, reproduced = 0
+        for (i, call) in calls.enumerated() {
+            let value: Double = [1e300, -1e300, 1e15, -7, 9.3e12][i % 5]
+            let broken = sample.map { e -> Envelope in
+                guard e.trace.hex == call.trace else { return e }
+                var e = e
+                switch i % 3 {
+                case 0: if e.name == .fetchEnd || e.name == .preloadEnd { e.t = value }
+                case 1: for key in ["age", "duration", "timeout", "loadTimeout"] where e.attrs[key] != nil { e.attrs[key] = .number(value) }
+                default: if e.name == .requestEnd { e.t = value }
+                }
+                return e
+            }
+            switch Recording(broken).scenario(trace: call.trace, session: i % 2 == 0) {
+            case .success: reproduced += 1
+            case .failure(let refusal):
+                refused += 1
+                #expect(!refusal.message.isEmpty)
+            }
+        }
+        print("absurd values: \(refused) refused, \(reproduced) reproduced (a value the call did not depend on)")
+        #expect(refused >= 60)
+    }
+
     @Test("a server that refuses the token makes reproduce exit 2 naming the URL and the server's answer; the right token reads its events")
     func wrongTokenExitsTwo() async throws {
         let sample = Array(Self.recorded.prefix(300))
