@@ -67,7 +67,10 @@ let package = Package(
         // HTTPS that trusts a custom CA on Linux (OpenSSL), where URLSession cannot.
         .target(name: "FlowTLS", dependencies: ["FlowFetch", "COpenSSL"]),
         // The test kit users add to their test targets (Swift Testing trait, expectations, trace files).
-        .target(name: "FlowScopeTesting", dependencies: ["FlowScopeTools", "FlowFetch", "FlowEvents", "FlowSim", "FlowJSON"]),
+        // On Linux it attaches over OpenSSL (FlowTLS), where URLSession cannot trust FLOWSCOPE_CA.
+        .target(name: "FlowScopeTesting", dependencies: [
+            "FlowScopeTools", "FlowFetch", "FlowEvents", "FlowSim", "FlowJSON", .target(name: "FlowTLS", condition: .when(platforms: [.linux])),
+        ]),
         .target(name: "FlowScopeCLI", dependencies: [
             "FlowJSON", "FlowFetch", "FlowEvents", "FlowSim", "FlowScopeServer", "FlowScopeTools", "FlowScopeStubBackend", "FlowTLS",
             "MetricsSink", "MemorySink", "SQLiteSink", "JSONLinesSink", "OTLPSink", "ExecSink", "ConsoleSink",

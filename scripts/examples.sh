@@ -31,8 +31,10 @@ done
 # prints the engine's events on standard error.
 work=$(mktemp -d)
 stub_pid=""
+serve_pid=""
 cleanup() {
     if [ -n "$stub_pid" ]; then kill "$stub_pid" 2>/dev/null || true; wait "$stub_pid" 2>/dev/null || true; fi
+    if [ -n "$serve_pid" ]; then kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -70,4 +72,46 @@ fi
 grep -q '\$.sinks\[0\].path: /nonexistent-dir/audit.log: directory /nonexistent-dir does not exist' <<<"$bad" \
     || { echo "examples: FAIL: check-config said: $bad" >&2; exit 1; }
 echo "examples: $bad"
+# Two invocations of the app's tests attached to a running serve, from another folder than serve's,
+# with the line serve prints (the same as `flowscope attach-env`) and FLOWSCOPE_ATTACH_REQUIRED: the
+# second one with a test failing on purpose. /api/runs holds two invocations with their verdicts.
+root=$(pwd)
+mkdir -p "$work/serve"
+(cd "$work/serve" && exec "$root/$flowscope" serve --no-demo --port 0) >"$work/serve.out" 2>"$work/serve.err" &
+serve_pid=$!
+for _ in $(seq 200); do grep -q 'attach tests: ' "$work/serve.out" && break; sleep 0.1; done
+port=$(grep -o 'serving https://localhost:[0-9]*' "$work/serve.out" | grep -o '[0-9]*$') \
+    || { echo "examples: FAIL: serve did not start" >&2; cat "$work/serve.err" >&2; exit 1; }
+printed=$(grep -o 'attach tests: .*' "$work/serve.out" | sed 's/^attach tests: //')
+attach=$(cd "$work/serve" && "$root/$flowscope" attach-env --port "$port")
+[ "$printed" = "$attach" ] || { echo "examples: FAIL: serve printed '$printed', attach-env '$attach'" >&2; exit 1; }
+echo "examples: $attach"
+(eval "$attach"; export FLOWSCOPE_ATTACH_REQUIRED=1 FLOWSCOPE_INVOCATION=examples-1
+ "$SWIFT" test --package-path examples/app --scratch-path .build/examples/app --skip-build) >"$work/first.out" 2>&1 \
+    || { echo "examples: FAIL: the attached test run failed:" >&2; cat "$work/first.out" >&2; exit 1; }
+if (eval "$attach"; export FLOWSCOPE_ATTACH_REQUIRED=1 FLOWSCOPE_INVOCATION=examples-2 PAYWALL_DEMO_FAILURE=1
+    "$SWIFT" test --package-path examples/app --scratch-path .build/examples/app --skip-build) >"$work/second.out" 2>&1; then
+    echo "examples: FAIL: the run with a test failing on purpose passed" >&2; exit 1
+fi
+grep -q 'timeline (aTestThatFailsOnPurpose' "$work/second.out" \
+    || { echo "examples: FAIL: the failing #expect printed no timeline:" >&2; cat "$work/second.out" >&2; exit 1; }
+if grep -q 'not streaming test events' "$work/first.out" "$work/second.out"; then
+    echo "examples: FAIL: attaching failed:" >&2; grep 'not streaming' "$work/first.out" "$work/second.out" >&2; exit 1
+fi
+curl -sf --cacert "$work/serve/.flowscope/tls/cert.pem" "https://localhost:$port/api/runs?kind=test&order=status&limit=1000" >"$work/runs.json"
+python3 - "$work/runs.json" <<'PY' || { echo "examples: FAIL: /api/runs:" >&2; head -c 3000 "$work/runs.json" >&2; exit 1; }
+import json, sys
+answer = json.load(open(sys.argv[1]))
+runs, invocations = answer["runs"], {i["id"]: i for i in answer["invocations"]}
+assert set(invocations) == {"examples-1", "examples-2"}, invocations.keys()
+first, second = invocations["examples-1"], invocations["examples-2"]
+assert first["failed"] == 0 and first["passed"] >= 2, first
+assert second["failed"] == 1 and second["passed"] == first["passed"], second
+failing = [r for r in runs if r["status"] == "failed"]
+assert len(failing) == 1 and failing[0]["invocation"] == "examples-2" and "aTestThatFailsOnPurpose" in failing[0]["test"], failing
+assert runs[0] is failing[0] or runs[0] == failing[0], "order=status lists the failure first"
+assert "flow.source" in failing[0]["failures"][0], failing[0]["failures"]
+print(f"examples: /api/runs: invocation examples-1 {first['passed']} passed, examples-2 {second['passed']} passed and 1 failed: {failing[0]['id']}")
+PY
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""
 echo "examples: ok"

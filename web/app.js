@@ -10,6 +10,7 @@ import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
+import { createTestRuns } from './js/testruns.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -212,15 +213,25 @@ async function selectRun(run, { record = true, replace = false } = {}) {
 
 // ---------------------------------------------------------------- loading
 
+/**
+ * The runs the picker offers: the newest page (100), or the matches of the search box. The picker
+ * never lists every run: the server pages them, the search box finds the rest.
+ */
 async function loadRuns() {
+  const search = $('#run-search').value.trim();
   try {
-    const answer = await api.runs();
+    const answer = await api.runs(search ? { q: search, limit: 50 } : {});
+    if (search !== $('#run-search').value.trim()) return; // a newer search is on its way
     state.runs = Array.isArray(answer.runs) ? answer.runs : [];
     renderRunSelect();
   } catch (error) {
     note(error);
   }
+  testRuns?.refresh();
 }
+
+let testRuns = null;
+let runSearchTimer = null;
 
 /**
  * Shows every sink that is down (its last write or export failed), with its last error, and every
@@ -440,7 +451,8 @@ const stream = new api.LiveStream({
       selectRun(state.run, { replace: true });
       return;
     }
-    const newRun = valid.some((e) => !state.runs.some((r) => r.id === e.run));
+    // A run the picker does not know yet (while a search narrows the picker, its matches do not change with traffic).
+    const newRun = !$('#run-search').value.trim() && valid.some((e) => !state.runs.some((r) => r.id === e.run));
     scheduleAggregates(newRun);
     if (queryMode() && (state.run === '' || valid.some((e) => e.run === state.run))) scheduleQuery();
     if (fresh.length || callChanged || state.run === '' || $('#filter-run').value !== '@view') scheduleRender();
@@ -999,6 +1011,11 @@ function wire() {
     $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
   }
   $('#trace-detail-close').addEventListener('click', closeCall);
+  testRuns = createTestRuns($('#test-runs'), { onPick: (id) => { selectRun(id).catch(note); } });
+  $('#run-search').addEventListener('input', () => {
+    clearTimeout(runSearchTimer);
+    runSearchTimer = setTimeout(() => { loadRuns().catch(note); }, 250);
+  });
   // The skip link moves the focus without touching the URL's hash (which holds the view).
   $('.skip-link').addEventListener('click', (event) => { event.preventDefault(); $('#main').focus(); });
   document.addEventListener('keydown', (event) => {

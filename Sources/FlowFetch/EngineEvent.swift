@@ -29,9 +29,13 @@ public enum EventName: String, CaseIterable, Sendable, Hashable {
     case profileChanged = "profile.changed"
     /// Emitted by the event pipeline when a sink's queue overflows, never by the engine.
     case sinkDropped = "sink.dropped"
+    /// Emitted by the test kit when a traced test starts, never by the engine.
+    case testStart = "test.start"
+    /// Emitted by the test kit when a traced test ends, with its verdict; never by the engine.
+    case testEnd = "test.end"
 
-    /// The names the engine itself emits (all but the pipeline's own).
-    public static var engineNames: [EventName] { allCases.filter { $0 != .sinkDropped } }
+    /// The names the engine itself emits (all but the pipeline's and the test kit's own).
+    public static var engineNames: [EventName] { allCases.filter { ![.sinkDropped, .testStart, .testEnd].contains($0) } }
 }
 
 /// A trace id: 128 bits, one per top-level call, written as 32 lowercase hex characters.

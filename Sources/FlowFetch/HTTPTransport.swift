@@ -60,6 +60,9 @@ public enum CustomCATransport {
         installed.withLock { $0 = factory }
     }
 
+    /// Whether a transport was installed in this process.
+    public static var isInstalled: Bool { installed.withLock { $0 != nil } }
+
     /// A transport that trusts only `caFile`. Throws, saying what to do, where this platform has none.
     public static func make(caFile: String) throws(HTTPBackendError) -> any HTTPTransport {
         try make(caFile: caFile, using: installed.withLock { $0 })

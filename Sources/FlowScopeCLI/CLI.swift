@@ -45,7 +45,7 @@ public enum ExitStatus {
 /// Every command, in the order `help` lists them.
 public let commands: [Command] = [
     serveCommand, runCommand, simulateCommand, reproduceCommand, fetchCommand, stubBackendCommand, replayCommand, checkConfigCommand,
-    initCommand, certCommand, benchCommand, versionCommand, completionCommand,
+    initCommand, certCommand, attachEnvCommand, benchCommand, versionCommand, completionCommand,
 ]
 
 let versionCommand = Command(spec: CommandSpec(name: "version", summary: "Prints the flowscope version.", usage: "version")) { _, io in

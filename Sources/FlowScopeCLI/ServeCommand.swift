@@ -80,6 +80,13 @@ let serveCommand = Command(spec: CommandSpec(
     if let url = stack.server.browserLoginURL {
         io.out("  open in a browser (logs it in with the token): \(shownLoginURL(url, terminal: io.isTerminal, tokenFile: stack.token.path))\n")
     }
+    if let tls = stack.tls {
+        // What a test run needs to attach, with absolute paths: it works from any folder.
+        let token = stack.token.path.map { "\"$(cat \(shellQuoted(FlowScopeConfig.absolutePath($0))))\"" } ?? "<server.auth.token of the config>"
+        let attach = host == "0.0.0.0" || host == "[::]" ? "localhost" : host
+        io.out("  attach tests: export FLOWSCOPE_ATTACH=\(scheme)://\(attach):\(stack.server.port) FLOWSCOPE_TOKEN=\(token) "
+               + "FLOWSCOPE_CA=\(shellQuoted(FlowScopeConfig.absolutePath(tls.certPath)))\n")
+    }
     io.out(stack.demo != nil ? "  demo traffic on (--no-demo to turn it off)\n" : "  demo traffic off\n")
     io.out("Stop with Ctrl-C.\n")
     await StopSignals.first()

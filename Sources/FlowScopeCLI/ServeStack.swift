@@ -246,6 +246,7 @@ struct SimulationStore: Sendable {
                     guard case .object(var o)? = load(file) else { return nil }
                     o["strategies"] = nil
                     o["kind"] = "simulation"
+                    o["savedAt"] = .number(written(file).timeIntervalSince1970)
                     return .object(o)
                 }
             },

@@ -31,6 +31,8 @@ public enum DashboardAPI {
         public var ingestQueueLimit = 32_768
         /// Seconds a refused sender is told to wait (`Retry-After`).
         public var ingestRetryAfter = 1
+        /// Most runs one GET /api/runs answers with.
+        public var maxRunsPerPage = 1000
         /// Most calls one GET /api/calls answers with.
         public var maxCallsPerPage = 1000
         /// Newest events (of the run, when one is asked for) a query of calls or placements reads at most.
@@ -115,11 +117,37 @@ public enum DashboardAPI {
             do throws(CallQueryError) { filter = try CallFilter.parse({ request.query($0) }, now: WallClock.now()) } catch { return .error(400, error.message) }
             return .json(query.placements(in: store, filter: filter).jsonValue)
         }
-        router.get("/api/runs") { _ in
-            let summaries = store.runSummaries()
-            let live = Set(summaries.map(\.id))
-            let runs = summaries.map(\.jsonValue) + simulations.list().filter { !live.contains($0["id"]?.stringValue ?? "") }
-            return .json(["runs": .array(runs)])
+        let tests = TestRunIndex(store: store)
+        router.get("/api/runs") { request in
+            let runQuery: RunQuery
+            do throws(CallQueryError) { runQuery = try RunQuery({ request.query($0) }, maxLimit: limits.maxRunsPerPage) } catch {
+                return .error(400, error.message)
+            }
+            if let cursor = runQuery.cursor, !RunPage.isCursor(cursor) {
+                return .error(400, "cursor: expected the `next` of a previous answer, got \(JSONValue.string(String(cursor.prefix(80))).jsonText)")
+            }
+            var summaries = store.runSummaries()
+            let known = Set(summaries.map(\.id))
+            var simulationFields: [String: [String: JSONValue]] = [:]
+            for simulation in simulations.list() {
+                guard let id = simulation["id"]?.stringValue, !known.contains(id) else { continue }
+                let savedAt = simulation["savedAt"]?.numberValue ?? 0
+                summaries.append(RunSummary(id: id, kind: .simulation, firstTs: savedAt, lastTs: savedAt, events: 0, fetches: 0, errors: 0))
+                simulationFields[id] = simulation.objectValue?.filter { _, v in
+                    switch v { case .array, .object: false; default: true }
+                }
+            }
+            let page = RunPage(summaries: summaries, tests: tests.current, query: runQuery)
+            return .json(page.jsonValue(extra: simulationFields))
+        }
+        router.get("/api/invocations") { request in
+            let limit: Int
+            switch pageLimit(request, default: 20, max: limits.maxRunsPerPage) {
+            case .success(let v): limit = v
+            case .failure(let error): return .error(400, error.message)
+            }
+            let all = tests.current.invocationSummaries
+            return .json(["invocations": .array(all.prefix(limit).map(\.jsonValue)), "total": .number(Double(all.count))])
         }
         router.get("/api/runs/{id}") { request in
             let id = request.parameter("id") ?? ""

@@ -111,6 +111,40 @@ extension RunSummary {
     }
 }
 
+extension TestRun {
+    /// The members `GET /api/runs` adds to a test run: `{"test","invocation","status","duration","failures","failureCount"}`.
+    var jsonMembers: [String: JSONValue] {
+        ["test": .string(test), "invocation": .string(invocation), "status": .string(status.rawValue),
+         "duration": duration.map(JSONValue.number) ?? .null, "failures": .array(failures.map(JSONValue.string)),
+         "failureCount": .number(Double(failureCount)), "testStart": .string(ISO8601.format(start))]
+    }
+}
+
+extension TestInvocationSummary {
+    /// `{"id","start","lastTs","host","revision","tests","passed","failed","skipped","running"}`.
+    public var jsonValue: JSONValue {
+        ["id": .string(id), "start": .string(ISO8601.format(start)), "lastTs": .string(ISO8601.format(lastTs)),
+         "host": host.map(JSONValue.string) ?? .null, "revision": revision.map(JSONValue.string) ?? .null,
+         "tests": .number(Double(tests)), "passed": .number(Double(passed)), "failed": .number(Double(failed)),
+         "skipped": .number(Double(skipped)), "running": .number(Double(running))]
+    }
+}
+
+extension RunPage {
+    /// `GET /api/runs`: `{"runs": [...], "next": cursor|null, "matched", "total", "invocations": [...]}`;
+    /// a test run's object carries its verdict (``TestRun``), a simulation's the scalar fields in `extra`.
+    func jsonValue(extra: [String: [String: JSONValue]]) -> JSONValue {
+        let runs: [JSONValue] = rows.map { row in
+            guard case .object(var o) = row.summary.jsonValue else { return row.summary.jsonValue }
+            if let test = row.test { o.merge(test.jsonMembers) { _, new in new } }
+            if let fields = extra[row.summary.id] { o.merge(fields) { old, _ in old } }
+            return .object(o)
+        }
+        return ["runs": .array(runs), "next": next.map(JSONValue.string) ?? .null, "matched": .number(Double(matched)),
+                "total": .number(Double(total)), "invocations": .array(invocations.map(\.jsonValue))]
+    }
+}
+
 extension RunDetail {
     /// `GET /api/runs/{id}`: `{"run": <RunSummary>, "placements": [...], "coverage": {...}, "eventsByName": {...}}`,
     /// with the placements of `placements` (the read model's, over the run's events).

@@ -2,6 +2,28 @@ import FlowFetch
 import FlowJSON
 import Testing
 
+/// The stage a `timeout` event names: which deadline cut the call (events-and-metrics.md).
+public enum TimeoutStage: String, Sendable, Hashable, CaseIterable {
+    /// The targeted-audience request's share of `loadTimeout`.
+    case targeted
+    /// The default-audience request's deadline.
+    case `default`
+    /// A preload's deadline for the whole batch.
+    case batch
+    /// The layout fetch's deadline.
+    case layout
+}
+
+/// Where a call fell back to (the `to` of a `fallback` event).
+public enum FallbackTarget: String, Sendable, Hashable, CaseIterable {
+    /// A cached flow (any age).
+    case cache
+    /// The default audience's flow, with targeting lost.
+    case defaultAudience
+    /// The bundled fallback file.
+    case fallbackFile
+}
+
 /// Expectations on what the engine did, checked against the current test's trace. A failing one
 /// reports (Issue.record in Swift Testing, the recorder's `onFailure` elsewhere) with the timeline of
 /// the call concerned, so the failure says what actually happened.
@@ -33,24 +55,33 @@ extension FlowTraceRecorder {
         return true
     }
 
-    /// Expects a stage deadline to have cut a call for `placement` (a `timeout` event; `stage` among
-    /// targeted/default/batch/layout when given).
+    /// Expects a stage deadline to have cut a call for `placement` (a `timeout` event, of `stage`
+    /// when given).
+    ///
+    /// ```swift
+    /// expectTimeout("main_paywall", stage: .targeted)
+    /// ```
     @discardableResult
-    public func expectTimeout(_ placement: String, stage: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+    public func expectTimeout(_ placement: String, stage: TimeoutStage? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
         let timeline = self.timeline
         let hit = timeline.calls.contains { c in
-            c.placement == placement && c.events.contains { $0.name == .timeout && (stage == nil || $0.attrs["stage"]?.stringValue == stage) }
+            c.placement == placement
+                && c.events.contains { $0.name == .timeout && (stage == nil || $0.attrs["stage"]?.stringValue == stage?.rawValue) }
         }
-        return hit || fail("expectTimeout \(placement): no \(stage.map { "\($0) " } ?? "")timeout happened",
+        return hit || fail("expectTimeout \(placement): no \(stage.map { "\($0.rawValue) " } ?? "")timeout happened",
                            timeline, timeline.lastCall(placement: placement), sourceLocation)
     }
 
-    /// Expects a call for `placement` to have fallen back (to `cache`, `defaultAudience` or `fallbackFile` when given).
+    /// Expects a call for `placement` to have fallen back (to `to` when given).
+    ///
+    /// ```swift
+    /// expectFallback("main_paywall", to: .defaultAudience)
+    /// ```
     @discardableResult
-    public func expectFallback(_ placement: String, to: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+    public func expectFallback(_ placement: String, to: FallbackTarget? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
         let timeline = self.timeline
-        let hit = timeline.calls.contains { c in c.placement == placement && c.fallbacks.contains { to == nil || $0 == to } }
-        return hit || fail("expectFallback \(placement): no fallback\(to.map { " to \($0)" } ?? "") happened",
+        let hit = timeline.calls.contains { c in c.placement == placement && c.fallbacks.contains { to == nil || $0 == to?.rawValue } }
+        return hit || fail("expectFallback \(placement): no fallback\(to.map { " to \($0.rawValue)" } ?? "") happened",
                            timeline, timeline.lastCall(placement: placement), sourceLocation)
     }
 
@@ -68,6 +99,7 @@ extension FlowTraceRecorder {
 
     private func fail(_ message: String, _ timeline: FlowTimeline, _ call: FlowTimeline.Call?, _ location: SourceLocation) -> Bool {
         let shown = call.map { c in FlowTimeline(calls: [c]) } ?? timeline
+        if !frameworkReportsIssues { noteFailure(message) }
         onFailure(message + "\ntimeline (\(name)):\n" + shown.text(origin: call?.startedAt ?? timeline.calls.first?.startedAt), location)
         return false
     }
@@ -87,13 +119,13 @@ public func expectFlow(_ placement: String, outcome: String? = nil, source: Flow
 
 /// ``FlowTraceRecorder/expectTimeout(_:stage:sourceLocation:)`` on the current test's recorder.
 @discardableResult
-public func expectTimeout(_ placement: String, stage: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+public func expectTimeout(_ placement: String, stage: TimeoutStage? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
     currentRecorder(sourceLocation)?.expectTimeout(placement, stage: stage, sourceLocation: sourceLocation) ?? false
 }
 
 /// ``FlowTraceRecorder/expectFallback(_:to:sourceLocation:)`` on the current test's recorder.
 @discardableResult
-public func expectFallback(_ placement: String, to: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+public func expectFallback(_ placement: String, to: FallbackTarget? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
     currentRecorder(sourceLocation)?.expectFallback(placement, to: to, sourceLocation: sourceLocation) ?? false
 }
 

@@ -7,15 +7,24 @@ import FoundationNetworking
 #endif
 import Synchronization
 import Testing
+#if canImport(FlowTLS)
+import FlowTLS
+#endif
 
 /// The events of one test, kept in memory, written to `FLOWSCOPE_TRACE_DIR/<test-name>.jsonl` and
-/// streamed to `FLOWSCOPE_ATTACH` when those are set. One recorder per test: parallel tests never see
-/// each other's events (the current recorder is task-local, there is no global bootstrap).
+/// streamed to `FLOWSCOPE_ATTACH` when those are set, with the test's verdict (`test.start` and
+/// `test.end` events). One recorder per test: parallel tests never see each other's events (the
+/// current recorder is task-local, there is no global bootstrap).
 public final class FlowTraceRecorder: Sendable {
     /// The test's name, made a valid run name (``Envelope/runName(_:empty:)``: an empty name is
-    /// `test`, a name over 256 UTF-8 bytes is cut and ends with a hash of the whole name); the `run`
-    /// of its envelopes, and its trace file's name (``fileName(for:)``).
+    /// `test`, a name over 256 UTF-8 bytes is cut and ends with a hash of the whole name); its trace
+    /// file's name (``fileName(for:)``).
     public let name: String
+    /// The test process run it belongs to (shared by every recorder of the process by default).
+    public let invocation: TestInvocation
+    /// The `run` of its envelopes: `test:<invocation>:<name>` (``TestInvocation/run(for:)``), so the
+    /// same test in a later invocation is another run.
+    public let run: String
     /// Called when an expectation fails, with the message (timeline included) and where it was made.
     public let onFailure: @Sendable (String, SourceLocation) -> Void
     /// The test's session (random, one per recorder): events that carry no session of their own
@@ -24,23 +33,57 @@ public final class FlowTraceRecorder: Sendable {
     private let envelopeStore = Mutex<[Envelope]>([])
     private let traceDirectory: String?
     private let attach: AttachStream?
+    private let attachRequired: Bool
+    /// Whether the test framework reports every issue to the recorder (`.flowTrace` in Swift
+    /// Testing), so its own expectations need not count their failures themselves.
+    let frameworkReportsIssues: Bool
+    private let verdict = Mutex(Verdict())
+    private let testTrace = TraceID(high: .random(in: 1 ... .max), low: .random(in: 0 ... .max))
+    private let startedAt = Date()
+
+    /// What the test came to so far.
+    private struct Verdict {
+        var failures: [String] = []
+        var failureCount = 0
+        var skipped: String?
+        var ended = false
+        var attachReported = false
+    }
 
     /// A recorder named `name` (made a valid run name). `environment` supplies FLOWSCOPE_TRACE_DIR,
-    /// FLOWSCOPE_ATTACH, FLOWSCOPE_TOKEN, FLOWSCOPE_CA and FLOWSCOPE_ATTACH_RETRY (the process
-    /// environment by default).
+    /// FLOWSCOPE_ATTACH, FLOWSCOPE_TOKEN, FLOWSCOPE_CA, FLOWSCOPE_ATTACH_RETRY and
+    /// FLOWSCOPE_ATTACH_REQUIRED (the process environment by default).
     /// `onFailure` defaults to Swift Testing's `Issue.record` inside a Swift Testing test and to
     /// standard error elsewhere (XCTest users pass `{ message, _ in XCTFail(message) }`).
-    public init(name: String, environment: [String: String] = ProcessInfo.processInfo.environment,
-                onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil) {
+    public convenience init(name: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+                            invocation: TestInvocation = .current,
+                            onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil) {
+        self.init(name: name, environment: environment, invocation: invocation, onFailure: onFailure, framework: nil)
+    }
+
+    /// `framework`: `swift-testing` when Swift Testing reports every issue of the test to the
+    /// recorder (``FlowTraceTrait``), nil elsewhere.
+    init(name: String, environment: [String: String], invocation: TestInvocation,
+         onFailure: (@Sendable (String, SourceLocation) -> Void)?, framework: String?) {
         self.name = Envelope.runName(name, empty: "test")
+        self.invocation = invocation
+        self.run = Envelope.runName(invocation.run(for: self.name), empty: "test")
         self.onFailure = onFailure ?? FlowTraceRecorder.defaultFailure
+        self.frameworkReportsIssues = framework == "swift-testing"
         let dir = environment["FLOWSCOPE_TRACE_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         self.traceDirectory = dir
+        self.attachRequired = ["1", "true", "yes"].contains(environment["FLOWSCOPE_ATTACH_REQUIRED"]?.lowercased() ?? "")
         self.attach = environment["FLOWSCOPE_ATTACH"].flatMap { $0.isEmpty ? nil : $0 }.map {
             AttachStream(server: $0, token: environment["FLOWSCOPE_TOKEN"], caFile: environment["FLOWSCOPE_CA"],
                          retrySeconds: environment["FLOWSCOPE_ATTACH_RETRY"].flatMap(Double.init).map { max(0, min($0, 3600)) }
                             ?? AttachStream.defaultRetrySeconds)
         }
+        #if canImport(FlowTLS)
+        // Linux: FLOWSCOPE_CA and HTTPBackend(caFile:) in a traced test trust their file through
+        // OpenSSL, as URLSession there cannot (a transport the tests installed themselves wins).
+        if !CustomCATransport.isInstalled { TLSTransport.install() }
+        #endif
+        start(framework: framework ?? "none")
     }
 
     /// Records one engine event (stamped with a process-wide seq, the wall clock and, when it has
@@ -49,16 +92,16 @@ public final class FlowTraceRecorder: Sendable {
         var event = event
         if event.session == nil { event.session = session }
         let envelope = Envelope(event, seq: FlowTraceRecorder.sequence.add(1, ordering: .relaxed).newValue,
-                                ts: Date().timeIntervalSince1970, run: name)
+                                ts: Date().timeIntervalSince1970, run: run)
         envelopeStore.withLock { $0.append(envelope) }
         attach?.append(envelope)
     }
 
-    /// Every event recorded so far, in order.
+    /// Every event recorded so far, in order, the test's own `test.start` and `test.end` included.
     public var envelopes: [Envelope] { envelopeStore.withLock { $0 } }
-    /// Every engine event recorded so far, in order.
+    /// Every engine event recorded so far, in order (not the test's own `test.start`/`test.end`).
     public var events: [EngineEvent] {
-        envelopes.map(\.event)
+        envelopes.compactMap { $0.name == .testStart || $0.name == .testEnd ? nil : $0.event }
     }
     /// The recorded calls, with their requests and events.
     public var timeline: FlowTimeline { FlowTimeline(events: events) }
@@ -66,9 +109,75 @@ public final class FlowTraceRecorder: Sendable {
     /// The trace file this recorder writes when FLOWSCOPE_TRACE_DIR is set.
     public var traceFile: String? { traceDirectory.map { "\($0)/\(FlowTraceRecorder.fileName(for: name)).jsonl" } }
 
-    /// Ends the recording: writes the trace file and sends what is left to the attached server. Never
-    /// throws: an unreachable server or an unwritable directory prints one warning.
+    /// What the test came to so far: failed once an issue was recorded (or, outside Swift Testing,
+    /// once an expectation of the test kit failed or the body threw), skipped when it was skipped.
+    public var status: TestStatus {
+        verdict.withLock { v in v.failureCount > 0 ? .failed : v.skipped != nil ? .skipped : .passed }
+    }
+
+    /// The failures noted so far (at most 20 messages of at most 2,000 bytes each).
+    public var failures: [String] { verdict.withLock { $0.failures } }
+
+    /// Notes a failure of the test (what makes its verdict `failed`).
+    public func noteFailure(_ message: String) {
+        verdict.withLock { v in
+            v.failureCount += 1
+            guard v.failures.count < 20 else { return }
+            v.failures.append(message.utf8.count <= 2000 ? message : String(message.prefix(1990)) + " [cut]")
+        }
+    }
+
+    /// Notes that the test was skipped (a verdict of `skipped` unless it also failed).
+    public func noteSkipped(_ reason: String) {
+        verdict.withLock { v in if v.skipped == nil { v.skipped = reason } }
+    }
+
+    /// Records the test's `test.start` event (when the recorder is made).
+    private func start(framework: String) {
+        var attrs: EventAttributes = ["test": .string(name), "invocation": .string(invocation.id),
+                                      "invocationStart": .number(invocation.start), "host": .string(invocation.host),
+                                      "framework": .string(framework)]
+        if let revision = invocation.revision { attrs.append("revision", .string(revision)) }
+        record(testEvent(.testStart, attrs))
+    }
+
+    /// The timeline of every call so far, for a failure message (empty when there is none).
+    func timelineText() -> String {
+        let timeline = self.timeline
+        guard !timeline.calls.isEmpty else { return "" }
+        return "timeline (\(name)):\n" + timeline.text(origin: timeline.calls.first?.startedAt)
+    }
+
+    private func testEvent(_ name: EventName, _ attrs: EventAttributes) -> EngineEvent {
+        EngineEvent(name: name, t: max(0, Date().timeIntervalSince1970 - invocation.start), placement: nil,
+                    trace: testTrace, span: SpanID(trace: testTrace, index: name == .testStart ? 0 : 1), attrs: attrs)
+    }
+
+    private func fail(attachProblem: String) {
+        guard verdict.withLock({ v in defer { v.attachReported = true }; return !v.attachReported }) else { return }
+        let message = "FLOWSCOPE_ATTACH_REQUIRED is set and the events of \(name) were not delivered: \(attachProblem)"
+        noteFailure(message)  // after test.end, where no issue handler notes it
+        onFailure(message, SourceLocation(fileID: "FlowScopeTesting/FlowTrace.swift", filePath: #filePath, line: #line, column: 1))
+    }
+
+    /// Ends the recording: records `test.end` with the verdict, writes the trace file and sends
+    /// what is left to the attached server. Never throws: an unreachable server or an unwritable
+    /// directory prints one warning, and fails the test when FLOWSCOPE_ATTACH_REQUIRED is set.
     public func finish() async {
+        let ending = verdict.withLock { v -> (Bool, [String], Int, String?) in
+            defer { v.ended = true }
+            return (!v.ended, v.failures, v.failureCount, v.skipped)
+        }
+        if ending.0 {
+            let status = self.status
+            var attrs: EventAttributes = ["test": .string(name), "invocation": .string(invocation.id),
+                                          "status": .string(status.rawValue),
+                                          "duration": .number((Date().timeIntervalSince(startedAt) * 1000).rounded() / 1000),
+                                          "failures": .array(ending.1.map(JSONValue.string))]
+            if ending.2 > ending.1.count { attrs.append("failureCount", .number(Double(ending.2))) }
+            if let skipped = ending.3, status == .skipped { attrs.append("skipReason", .string(skipped)) }
+            record(testEvent(.testEnd, attrs))
+        }
         if let file = traceFile, let dir = traceDirectory {
             let text = envelopes.map { $0.jsonLine + "\n" }.joined()
             do {
@@ -79,6 +188,9 @@ public final class FlowTraceRecorder: Sendable {
             }
         }
         await attach?.close()
+        if ending.0, attachRequired, let failure = attach?.failure {
+            fail(attachProblem: failure)
+        }
     }
 
     /// Why events stopped streaming to FLOWSCOPE_ATTACH (the warning printed once per process), or
@@ -161,8 +273,13 @@ public struct FlowTraceSink: EngineEventSink {
     public func receive(_ event: EngineEvent) { (recorder ?? FlowTrace.current)?.record(event) }
 }
 
-/// Runs `body` with a fresh recorder named `name` as the current one, then finishes it (trace file,
-/// attached server). For XCTest or any code outside Swift Testing:
+/// What a traced test came to (the `status` of its `test.end` event).
+public enum TestStatus: String, Sendable, Hashable, CaseIterable {
+    case passed, failed, skipped
+}
+
+/// Runs `body` with a fresh recorder named `name` as the current one, then finishes it (verdict,
+/// trace file, attached server). For XCTest or any code outside Swift Testing:
 ///
 /// ```swift
 /// func testPaywall() async throws {
@@ -170,7 +287,9 @@ public struct FlowTraceSink: EngineEventSink {
 /// }
 /// ```
 ///
-/// `environment` supplies FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
+/// The verdict (`test.end`) counts the test kit's failed expectations and an error `body` throws
+/// (`XCTSkip` makes it skipped); an `XCTAssert` failing in `body` is not seen. `environment` supplies
+/// FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
 public func withFlowTrace<R: Sendable>(_ name: String = #function,
                                        environment: [String: String] = ProcessInfo.processInfo.environment,
                                        onFailure: (@Sendable (String, SourceLocation) -> Void)? = nil,
@@ -181,19 +300,71 @@ public func withFlowTrace<R: Sendable>(_ name: String = #function,
         await recorder.finish()
         return result
     } catch {
+        if FlowTraceTrait.isSkip(error) { recorder.noteSkipped(String(describing: error)) }
+        else { recorder.noteFailure("Caught error: \(error)") }
         await recorder.finish()
         throw error
     }
 }
 
-/// The `.flowTrace` trait: each test it applies to (directly or through its suite) gets its own recorder.
+/// The `.flowTrace` trait: each test it applies to (directly or through its suite) gets its own
+/// recorder, and its verdict from Swift Testing itself: every issue recorded in the test counts
+/// (an `#expect`, a `#require`, a thrown error, the test kit's expectations), and each failing one
+/// carries the timeline of the test's calls.
 public struct FlowTraceTrait: TestTrait, SuiteTrait, TestScoping {
     public var isRecursive: Bool { true }
 
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         guard !test.isSuite else { return try await function() }
         let name = test.id.nameComponents.map { $0.hasSuffix("()") ? String($0.dropLast(2)) : $0 }.joined(separator: ".")
-        try await withFlowTrace(name.isEmpty ? test.name : name) { try await function() }
+        let recorder = FlowTraceRecorder(name: FlowTraceRecorder.uniqueName(name.isEmpty ? test.name : name),
+                                         environment: ProcessInfo.processInfo.environment, invocation: .current,
+                                         onFailure: nil, framework: "swift-testing")
+        let issues: IssueHandlingTrait = .compactMapIssues { issue in recorder.handle(issue) }
+        do {
+            try await FlowTrace.$current.withValue(recorder) {
+                try await issues.provideScope(for: test, testCase: testCase) {
+                    do {
+                        try await function()
+                    } catch let error where !FlowTraceTrait.isSkip(error) && !(error is ExpectationFailedError) {
+                        // Recorded here, inside the issue handler, so its failure carries the timeline
+                        // too (`#require` has recorded its own issue before throwing).
+                        Issue.record(error, sourceLocation: test.sourceLocation)
+                    }
+                }
+            }
+        } catch {
+            if FlowTraceTrait.isSkip(error) { recorder.noteSkipped(String(describing: error)) }
+            await recorder.finish()
+            throw error
+        }
+        await recorder.finish()
+    }
+
+    /// Whether `error` skips the test rather than failing it (what `Test.cancel()` and XCTest's
+    /// `XCTSkip` throw).
+    static func isSkip(_ error: any Error) -> Bool {
+        let type = String(describing: Swift.type(of: error))
+        return type == "SkipInfo" || type == "XCTSkip"
+    }
+}
+
+extension FlowTraceRecorder {
+    /// Swift Testing's issue handler for a traced test: notes a failing issue in the verdict and
+    /// adds the timeline to it unless it carries one (the test kit's expectations do).
+    func handle(_ issue: Issue) -> Issue? {
+        guard issue.isFailure else { return issue }
+        let comments = issue.comments.map(\.rawValue)
+        let location = issue.sourceLocation.map { "\($0.fileID):\($0.line): " } ?? ""
+        let what = comments.first.map { c in String(c.prefix { $0 != "\n" }) }
+        let kind = String(describing: issue.kind)
+        noteFailure(location + (what.map { kind == "Issue recorded" ? $0 : kind + ": " + $0 } ?? kind))
+        guard !comments.contains(where: { $0.contains("\ntimeline (") || $0.hasPrefix("timeline (") }) else { return issue }
+        let timeline = timelineText()
+        guard !timeline.isEmpty else { return issue }
+        var issue = issue
+        issue.comments.append(Comment(rawValue: timeline))
+        return issue
     }
 }
 
@@ -203,7 +374,8 @@ extension Trait where Self == FlowTraceTrait {
 }
 
 /// Streams a test's events to a running `flowscope serve` (POST /api/ingest, JSON Lines, bearer
-/// token) in batches, one at a time, in order. A batch the server refuses for now (503 or 429, as
+/// token) in batches, one at a time, in order. With FLOWSCOPE_CA over https it trusts that file:
+/// on Linux through OpenSSL (FlowTLS, linked on Linux only), on Apple platforms through URLSession. A batch the server refuses for now (503 or 429, as
 /// it does while its durable sinks are behind) is sent again after the wait its `Retry-After` asks
 /// (at least 0.2 s, doubling up to 5 s), for at most `retrySeconds` in all. Never fails a test: the
 /// first failure, or a batch still refused after that, prints one warning saying how many events
@@ -224,7 +396,9 @@ final class AttachStream: Sendable {
     private let state = Mutex(State())
     private let endpoint: URL?
     private let token: String?
-    private let problem: String?
+    /// Why nothing can be sent (a malformed FLOWSCOPE_ATTACH, a FLOWSCOPE_CA that is not a readable
+    /// file), known before the first send.
+    let problem: String?
     /// FLOWSCOPE_CA: the server's certificate (or its CA), trusted through ``CustomCATransport`` (on
     /// Linux that needs `TLSTransport.install()` from the FlowTLS library, since URLSession there cannot
     /// trust a custom CA). Looked up at the first send, so a test may install it in its own setup.
@@ -238,10 +412,16 @@ final class AttachStream: Sendable {
         self.endpoint = endpoint
         self.token = token
         self.retrySeconds = retrySeconds
-        let caFile = caFile.flatMap { $0.isEmpty ? nil : $0 }
+        let given = caFile.flatMap { $0.isEmpty ? nil : $0 }
+        // Resolved once, against the working directory the tests run in, and named so in errors.
+        let caFile = given.map { Self.resolve($0) }
         self.caFile = caFile
         if endpoint == nil || !(server.hasPrefix("http://") || server.hasPrefix("https://")) {
             problem = "FLOWSCOPE_ATTACH=\(server): expected http://host:port or https://host:port"
+        } else if let given, let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+            problem = "FLOWSCOPE_CA=\(given): no readable file at \(caFile)"
+                + (given.hasPrefix("/") ? "" : " (relative to the working directory \(FileManager.default.currentDirectoryPath))")
+                + "; `flowscope attach-env` in serve's directory prints the variables with absolute paths"
         } else if let endpoint, !(caFile != nil && endpoint.scheme == "https"),
                   let urlSession = HTTPBackend.urlSessionProblem(for: endpoint) {
             // Without FLOWSCOPE_CA the events go through URLSession.
@@ -253,6 +433,15 @@ final class AttachStream: Sendable {
 
     /// Why the stream stopped, if it did.
     var failure: String? { state.withLock { $0.failure } }
+
+    /// `path` made absolute against the working directory (`~/` against the home directory).
+    static func resolve(_ path: String) -> String {
+        if path.hasPrefix("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
+        if path.hasPrefix("~/") {
+            return URL(fileURLWithPath: NSHomeDirectory()).appendingPathComponent(String(path.dropFirst(2))).standardizedFileURL.path
+        }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path).standardizedFileURL.path
+    }
 
     /// Events that were not delivered (the stream stopped before or while sending them).
     var undelivered: Int { state.withLock { $0.undelivered } }

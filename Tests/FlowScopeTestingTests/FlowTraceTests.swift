@@ -103,10 +103,14 @@ struct FlowTraceTests {
         #expect(lines.count >= 4)
         for line in lines {
             let v = try JSON5.parse(String(line))
-            #expect(v["run"] == "Suite.second")
+            #expect(v["run"] == .string("test:\(TestInvocation.current.id):Suite.second"))
             #expect(v["placement"] == "onboarding" || v["placement"] == .null)
         }
-        #expect(lines.first.map { String($0).contains("\"name\":\"fetch.start\"") } == true)
+        // The test's own start and end (with its verdict) frame the engine's events.
+        #expect(try JSON5.parse(String(lines[0]))["name"] == "test.start")
+        #expect(try JSON5.parse(String(lines[1]))["name"] == "fetch.start")
+        let end = try JSON5.parse(String(lines[lines.count - 1]))
+        #expect(end["name"] == "test.end" && end["attrs"]?["status"] == "passed")
     }
 
     @Test("file names are sanitized and bounded")
@@ -128,13 +132,13 @@ struct FlowTraceTests {
         let flow = try await harness.getFlow(placementId: "main", fetchPolicy: .reloadRevalidatingCacheData, loadTimeout: 1)
         #expect(flow.source == .defaultAudience)
         #expect(recorder.expectFlow("main", source: .defaultAudience, targetingLost: true, requests: 2))
-        #expect(recorder.expectTimeout("main", stage: "targeted"))
-        #expect(recorder.expectFallback("main", to: "defaultAudience"))
+        #expect(recorder.expectTimeout("main", stage: .targeted))
+        #expect(recorder.expectFallback("main", to: .defaultAudience))
         #expect(recorder.expectRequests(1, placement: "main", kind: .default))
         #expect(messages.withLock { $0 }.isEmpty)
 
         #expect(!recorder.expectFlow("main", source: .cache))
-        #expect(!recorder.expectFallback("main", to: "fallbackFile"))
+        #expect(!recorder.expectFallback("main", to: .fallbackFile))
         #expect(!recorder.expectRequests(5))
         let first = try #require(messages.withLock { $0.first })
         #expect(first.contains("source: expected cache, got defaultAudience"))
@@ -149,17 +153,18 @@ struct FlowTraceTests {
         let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
         defer { server.stop() }
         let env = ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(server.port)", "FLOWSCOPE_TOKEN": "s3cret"]
-        let recorded = await withFlowTrace("attached test", environment: env) { () -> Int in
+        let (recorded, run) = await withFlowTrace("attached test", environment: env) { () -> (Int, String) in
             let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
             _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
-            return FlowTrace.current?.envelopes.count ?? 0
+            return ((FlowTrace.current?.envelopes.count ?? 0) + 1, FlowTrace.current?.run ?? "")  // + test.end
         }
+        #expect(run == "test:\(TestInvocation.current.id):attached test")
         let posts = server.requests
         #expect(!posts.isEmpty)
         #expect(posts.allSatisfy { $0.method == "POST" && $0.target == "/api/ingest" && $0.headers["authorization"] == "Bearer s3cret" })
         let lines = posts.flatMap { String(decoding: $0.body, as: UTF8.self).split(separator: "\n") }
         #expect(lines.count == recorded)
-        for line in lines { #expect(try JSON5.parse(String(line))["run"] == "attached test") }
+        for line in lines { #expect(try JSON5.parse(String(line))["run"] == .string(run)) }
     }
 
     @Test("a test name too long for a run still leaves a trace file and a stream that decode, and long names stay apart")
@@ -175,10 +180,10 @@ struct FlowTraceTests {
             let run = await withFlowTrace(base + ending, environment: env) { () -> String in
                 let client = FlowClient(profile: Profile(id: "user-42"), backend: Fixtures.live(), events: FlowTrace.sink)
                 _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
-                return FlowTrace.current?.name ?? ""
+                return FlowTrace.current?.run ?? ""
             }
             #expect((base + ending).utf8.count == 288)
-            #expect(run.utf8.count <= 256 && run.hasPrefix("LongSuite.aVeryLongTestName"))
+            #expect(run.utf8.count <= 256 && run.hasPrefix("test:\(TestInvocation.current.id):LongSuite.aVeryLongTestName"))
             runs.append(run)
         }
         #expect(runs[0] != runs[1])
@@ -246,7 +251,7 @@ struct FlowTraceTests {
         let posts = server.requests
         #expect(posts.count == 3)
         #expect(posts.allSatisfy { $0.body == posts[0].body }, "the same batch each time")
-        #expect(String(decoding: posts[0].body, as: UTF8.self).split(separator: "\n").count == 3)
+        #expect(String(decoding: posts[0].body, as: UTF8.self).split(separator: "\n").count == 5, "test.start, 3 events, test.end")
     }
 
     @Test("a batch still refused after FLOWSCOPE_ATTACH_RETRY seconds is given up and reported with how many events were not delivered")
@@ -259,7 +264,7 @@ struct FlowTraceTests {
         let failure = await Self.attachFailure("http://127.0.0.1:\(server.port)", ["FLOWSCOPE_ATTACH_RETRY": "2"])
         #expect(Date().timeIntervalSince(start) < 10)
         #expect(failure == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(server.port)/api/ingest: the server refused a batch 3 times in 2 s "
-                + "(503: sink sqlite is behind; nothing of this batch was stored; retry after 1 s); 1 event not delivered (FLOWSCOPE_ATTACH_RETRY=2)")
+                + "(503: sink sqlite is behind; nothing of this batch was stored; retry after 1 s); 3 events not delivered (FLOWSCOPE_ATTACH_RETRY=2)")
         #expect(server.requests.count == 3)
     }
 
@@ -294,6 +299,7 @@ struct TraceOfALongNamedTest {
         #expect(recorder.name.utf8.count <= 256 && recorder.name.hasPrefix("TraceOfALongNamedTest.thisTestFunctionHasAVeryLongName"))
         recorder.record(EngineEvent(name: .fetchStart, t: 0, placement: "main", trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)))
         let line = try #require(recorder.envelopes.last?.jsonLine)
-        #expect(try Envelope(jsonValue: JSON5.parse(line)).run == recorder.name)
+        #expect(try Envelope(jsonValue: JSON5.parse(line)).run == recorder.run)
+        #expect(recorder.run == Envelope.runName("test:\(TestInvocation.current.id):\(recorder.name)"))
     }
 }

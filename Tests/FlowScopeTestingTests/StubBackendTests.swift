@@ -81,7 +81,7 @@ struct StubBackendRealTimeTests {
         #expect(try o.result.get().source == .fallbackFile)
         #expect(o.elapsed >= .milliseconds(990))
         Self.withinBudget(o)
-        expectTimeout("main", stage: "targeted")
+        expectTimeout("main", stage: .targeted)
         var waited = 0
         while stub.openConnections > 0 && waited < 150 { try await Task.sleep(for: .milliseconds(20)); waited += 1 }
         #expect(stub.openConnections == 0, "abandoned hung requests are noticed and closed")
@@ -102,7 +102,7 @@ struct StubBackendRealTimeTests {
         #expect(flow.variationId == "def-A")
         #expect(o.elapsed >= .milliseconds(500))
         Self.withinBudget(o)
-        expectTimeout("main", stage: "targeted")
+        expectTimeout("main", stage: .targeted)
     }
 
     @Test("a scenario's drip rule really drips: the stub feeds the body slowly and stage A is cut at its deadline")
@@ -114,7 +114,7 @@ struct StubBackendRealTimeTests {
         #expect(flow.source == .defaultAudience)
         #expect(o.elapsed >= .milliseconds(500))
         Self.withinBudget(o)
-        expectTimeout("main", stage: "targeted")
+        expectTimeout("main", stage: .targeted)
     }
 
     @Test("reset: the socket closes without an answer; a transport error falls back to the default audience")
@@ -124,7 +124,7 @@ struct StubBackendRealTimeTests {
         let o = try await Self.fetch(stub.baseURL)
         #expect(try o.result.get().source == .defaultAudience)
         Self.withinBudget(o)
-        expectFallback("main", to: "defaultAudience")
+        expectFallback("main", to: .defaultAudience)
         let targeted = FlowTrace.current?.timeline.calls.last?.requests.first
         #expect(targeted?.outcome == "reset")
     }

@@ -32,7 +32,7 @@ struct VirtualHarnessTests {
         let recorder = try #require(FlowTrace.current)
         let scenario = try Scenario.decode(Self.text, file: "inline")
         _ = await loadPaywall(flows: VirtualHarness(scenario: scenario))
-        let fromHarness = recorder.envelopes
+        let fromHarness = recorder.envelopes.filter { $0.name != .testStart }
         #expect(!fromHarness.isEmpty)
         #expect(fromHarness.allSatisfy { $0.session == recorder.session && $0.profile == ProfileTag.hashed("user-42") })
 
@@ -40,7 +40,7 @@ struct VirtualHarnessTests {
         let client = FlowClient(profile: Profile(id: "u1"), backend: SessionTestBackend(), events: FlowTraceSink(recorder: recorded))
         _ = try? await client.getFlow(placementId: "main", loadTimeout: 30)
         recorded.record(EngineEvent(name: .cacheMiss, t: 0, placement: nil, trace: TraceID(high: 1, low: 1), span: SpanID(raw: 1)))
-        let sessions = recorded.envelopes.map(\.session)
+        let sessions = recorded.envelopes.filter { $0.name != .testStart }.map(\.session)
         #expect(sessions.count >= 2)
         #expect(sessions.dropLast().allSatisfy { $0 == client.session })
         #expect(sessions.last == recorded.session)
@@ -59,7 +59,7 @@ struct VirtualHarnessTests {
         let expected = report.results[0].outcome?.flow
         #expect(shown == "defaultAudience:\(expected?.variationId ?? "?")")
         expectFlow("main", source: .defaultAudience, requests: 2)
-        expectTimeout("main", stage: "targeted")
+        expectTimeout("main", stage: .targeted)
     }
 
     @Test("advance lets virtual time pass between calls; a later call starts at the new time")

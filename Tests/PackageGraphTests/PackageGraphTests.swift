@@ -69,14 +69,41 @@ struct PackageGraphTests {
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
 
-    /// Runs `swift package describe --type json` on the package. Its scratch path is a fresh temporary
-    /// folder: the package's own .build is locked while `swift test` runs.
+    /// The package as an Apple platform builds it: `swift package describe --type json`, less the
+    /// target dependencies `swift package dump-package` says apply on other platforms only (the test
+    /// kit's FlowTLS, Linux only).
     static func describePackage() throws -> JSONValue {
+        guard case .object(var described) = try runPackage(["describe", "--type", "json"]) else { return .null }
+        let dumped = try runPackage(["dump-package"])
+        let apple: Set<String> = ["macos", "ios", "tvos", "watchos", "visionos", "maccatalyst", "driverkit"]
+        var otherPlatformsOnly: [String: Set<String>] = [:]
+        for t in dumped["targets"]?.arrayValue ?? [] {
+            guard let name = t["name"]?.stringValue else { continue }
+            for d in t["dependencies"]?.arrayValue ?? [] {
+                for kind in ["target", "byName", "product"] {
+                    guard let entry = d[kind]?.arrayValue, let dependency = entry.first?.stringValue,
+                          let platforms = entry.last?["platformNames"]?.arrayValue?.compactMap(\.stringValue) else { continue }
+                    if apple.isDisjoint(with: platforms) { otherPlatformsOnly[name, default: []].insert(dependency) }
+                }
+            }
+        }
+        described["targets"] = .array((described["targets"]?.arrayValue ?? []).map { t in
+            guard case .object(var o) = t, let name = t["name"]?.stringValue, let skip = otherPlatformsOnly[name] else { return t }
+            o["target_dependencies"] = .array((t["target_dependencies"]?.arrayValue ?? []).filter { !skip.contains($0.stringValue ?? "") })
+            o["otherPlatformsOnly"] = .array(skip.sorted().map(JSONValue.string))
+            return .object(o)
+        })
+        return .object(described)
+    }
+
+    /// Runs `swift package ARGUMENTS` on the package and parses its JSON output. Its scratch path is a
+    /// fresh temporary folder: the package's own .build is locked while `swift test` runs.
+    static func runPackage(_ arguments: [String]) throws -> JSONValue {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-describe-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["swift", "package", "--package-path", packageRoot, "--scratch-path", scratch, "describe", "--type", "json"]
+        process.arguments = ["swift", "package", "--package-path", packageRoot, "--scratch-path", scratch] + arguments
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
@@ -89,7 +116,7 @@ struct PackageGraphTests {
         process.waitUntilExit()
         while !reader.isFinished { Thread.sleep(forTimeInterval: 0.01) }
         try #require(process.terminationStatus == 0,
-                     "swift package describe failed: \(String(decoding: errorText.withLock { $0 }, as: UTF8.self))")
+                     "swift package \(arguments.joined(separator: " ")) failed: \(String(decoding: errorText.withLock { $0 }, as: UTF8.self))")
         return try JSON5.parse(String(decoding: data, as: UTF8.self))
     }
 
@@ -102,6 +129,14 @@ struct PackageGraphTests {
             let paths = graph.pathsToSystemLibraries(from: product)
             #expect(paths.isEmpty, "\(product) reaches a system library: \(paths.joined(separator: "; "))")
         }
+    }
+
+    @Test("the test kit's FlowTLS (attach over OpenSSL) is a Linux-only dependency: Apple platforms do not build it")
+    func testKitTLSIsLinuxOnly() throws {
+        let described = try Self.describePackage()
+        let kit = try #require(described["targets"]?.arrayValue?.first { $0["name"] == "FlowScopeTesting" })
+        #expect(kit["otherPlatformsOnly"] == ["FlowTLS"])
+        #expect(kit["target_dependencies"]?.arrayValue?.contains("FlowTLS") == false)
     }
 
     @Test("the walk names the whole path to a system library, through products and nested targets")

@@ -52,9 +52,17 @@ export function placements(run, filters = {}) {
   return getJSON(`api/placements${query({ ...filters, run })}`);
 }
 
-/** GET /api/runs: {runs}. */
-export function runs() {
-  return getJSON('api/runs');
+/**
+ * GET /api/runs: {runs, next, matched, total, invocations}, newest first, one page (100 unless
+ * `limit` says otherwise); `q`, `kind`, `status`, `invocation`, `order`, `cursor` as the server takes them.
+ */
+export function runs(params = {}) {
+  return getJSON(`api/runs${query(params)}`);
+}
+
+/** GET /api/invocations: {invocations, total}, newest first. */
+export function invocations(limit = 10) {
+  return getJSON(`api/invocations${query({ limit })}`);
 }
 
 /** GET /api/sinks: {sinks: [{name, type, up, saturated, durable, consumed, dropped, errors, lastError, queueDepth, capacity}]}. */

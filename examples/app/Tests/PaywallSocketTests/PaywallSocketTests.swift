@@ -22,7 +22,7 @@ func aRealClientOverRealSocketsIsTracedWhenGivenTheTraceSink() async throws {
                             events: FlowTrace.sink)   // without `events:`, the test's trace records nothing
     let flow = try await loadPaywall(client)         // real time: the 2.5 s targeted stage, then the default audience
     #expect(flow.source == .defaultAudience)
-    expectTimeout("main_paywall", stage: "targeted")
+    expectTimeout("main_paywall", stage: .targeted)
     expectRequests(2, placement: "main_paywall")
 }
 // end sample: real-client
