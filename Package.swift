@@ -57,8 +57,9 @@ let package = Package(
     + plugin("ExecSink", dir: "exec")
     + plugin("ConsoleSink", dir: "console")
     + [
-        // The server knows capabilities (an event store, a metrics exposition, sink stats), no sink.
-        .target(name: "FlowScopeServer", dependencies: ["FlowEvents", "FlowJSON", "CMicroHTTPD", "COpenSSL"]),
+        // The server knows capabilities (an event store, a metrics exposition, sink stats), no sink;
+        // FlowSim for the scenario that reproduces a stored call.
+        .target(name: "FlowScopeServer", dependencies: ["FlowEvents", "FlowJSON", "FlowSim", "CMicroHTTPD", "COpenSSL"]),
         // Tools that need no test framework (call timelines): the CLI and the test kit use these.
         .target(name: "FlowScopeTools", dependencies: ["FlowFetch", "FlowEvents", "FlowJSON"]),
         // The backend REST protocol on real sockets (libmicrohttpd), for tests and `flowscope stub-backend`.

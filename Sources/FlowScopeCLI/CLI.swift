@@ -44,7 +44,7 @@ public enum ExitStatus {
 
 /// Every command, in the order `help` lists them.
 public let commands: [Command] = [
-    serveCommand, runCommand, simulateCommand, fetchCommand, stubBackendCommand, replayCommand, checkConfigCommand,
+    serveCommand, runCommand, simulateCommand, reproduceCommand, fetchCommand, stubBackendCommand, replayCommand, checkConfigCommand,
     initCommand, certCommand, attachEnvCommand, benchCommand, versionCommand, completionCommand,
 ]
 

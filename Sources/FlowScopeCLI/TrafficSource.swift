@@ -21,24 +21,24 @@ enum TrafficSource: Equatable {
     /// What `text` names: a URL for http(s), else a file, sniffed for the SQLite header. A URL of
     /// another scheme (`ftp://...`) is an error naming the schemes read; a missing, unreadable or
     /// directory path is an error naming the resolved path.
-    static func parse(_ text: String) -> Result<TrafficSource, TrafficSourceError> {
+    static func parse(_ text: String, label: String = "--from") -> Result<TrafficSource, TrafficSourceError> {
         if let match = text.firstMatch(of: /^([A-Za-z][A-Za-z0-9+.\-]*):\/\//) {
             let scheme = match.1.lowercased()
             guard schemes.contains(scheme) else {
-                return .failure(TrafficSourceError("--from \(text): the URL scheme \(scheme) is not read; expected https:// or "
+                return .failure(TrafficSourceError("\(label) \(text): the URL scheme \(scheme) is not read; expected https:// or "
                                                    + "http:// (https://HOST:PORT/api/events), or a file"))
             }
             guard let url = URL(string: text), url.host?.isEmpty == false else {
-                return .failure(TrafficSourceError("--from \(text): expected a URL like https://HOST:PORT/api/events"))
+                return .failure(TrafficSourceError("\(label) \(text): expected a URL like https://HOST:PORT/api/events"))
             }
             return .success(.server(url: url))
         }
         if let problem = ServeChecks.fileProblem(text) {
             let hint = problem == "not found" ? " (expected a JSON Lines trace, an sqlite sink database, or https://HOST:PORT/api/events)" : ""
-            return .failure(TrafficSourceError("--from \(FlowScopeConfig.absolutePath(text)): \(problem)\(hint)"))
+            return .failure(TrafficSourceError("\(label) \(FlowScopeConfig.absolutePath(text)): \(problem)\(hint)"))
         }
         guard let handle = FileHandle(forReadingAtPath: text) else {
-            return .failure(TrafficSourceError("--from \(FlowScopeConfig.absolutePath(text)): cannot read the file"))
+            return .failure(TrafficSourceError("\(label) \(FlowScopeConfig.absolutePath(text)): cannot read the file"))
         }
         defer { try? handle.close() }
         let head = (try? handle.read(upToCount: 16)) ?? Data()
@@ -46,35 +46,37 @@ enum TrafficSource: Equatable {
         return .success(.jsonLines(path: text))
     }
 
-    /// Reads every event. `caFile` and `token` apply to a server.
-    func read(caFile: String?, token: String?) async -> Result<[Envelope], TrafficSourceError> {
+    /// Reads every event. `caFile` and `token` apply to a server, and so does `defaultRun`: the run
+    /// read when the URL names none (nil: every run). Errors begin with `label`, the flag or
+    /// argument that named the source.
+    func read(caFile: String?, token: String?, label: String = "--from", defaultRun: String? = "live") async -> Result<[Envelope], TrafficSourceError> {
         switch self {
-        case .jsonLines(let path): return Self.readJSONLines(path)
-        case .sqlite(let path): return Self.readSQLite(path)
-        case .server(let url): return await Self.readServer(url, caFile: caFile, token: token)
+        case .jsonLines(let path): return Self.readJSONLines(path, label: label)
+        case .sqlite(let path): return Self.readSQLite(path, label: label)
+        case .server(let url): return await Self.readServer(url, caFile: caFile, token: token, label: label, defaultRun: defaultRun)
         }
     }
 
     /// One envelope per non-blank line; an error names the flag, the file, the line and the JSON path.
-    static func readJSONLines(_ path: String, chunkSize: Int = 1 << 20) -> Result<[Envelope], TrafficSourceError> {
+    static func readJSONLines(_ path: String, chunkSize: Int = 1 << 20, label: String = "--from") -> Result<[Envelope], TrafficSourceError> {
         let shown = FlowScopeConfig.absolutePath(path)
         switch JSONLinesFile.envelopes(path, chunkSize: chunkSize) {
         case .success(let envelopes):
             return .success(envelopes)
         case .failure(.unreadable(let why)):
-            return .failure(TrafficSourceError("--from \(shown): \(why)"))
+            return .failure(TrafficSourceError("\(label) \(shown): \(why)"))
         case .failure(.badLine(let line, let error)):
-            return .failure(TrafficSourceError("--from \(shown): line \(line): \(error.description) "
+            return .failure(TrafficSourceError("\(label) \(shown): line \(line): \(error.description) "
                                                + "(expected one event envelope per line)"))
         }
     }
 
     /// Every event of an sqlite sink database, oldest first, read without changing the file.
-    static func readSQLite(_ path: String) -> Result<[Envelope], TrafficSourceError> {
+    static func readSQLite(_ path: String, label: String = "--from") -> Result<[Envelope], TrafficSourceError> {
         do throws(SQLiteSinkError) {
             return .success(try SQLiteSink.storedEvents(inFile: FlowScopeConfig.absolutePath(path)).map(\.envelope))
         } catch {
-            return .failure(TrafficSourceError("--from \(error.description)"))
+            return .failure(TrafficSourceError("\(label) \(error.description)"))
         }
     }
 
@@ -87,16 +89,17 @@ enum TrafficSource: Equatable {
     /// the one before, until a page is empty or shorter than the largest before it (the server's
     /// page size); `latestSeq` is not used (it is the memory sink's, not a stored run's). Without a
     /// `run` parameter in `url`, `run=live`.
-    static func readServer(_ url: URL, caFile: String?, token: String?) async -> Result<[Envelope], TrafficSourceError> {
+    static func readServer(_ url: URL, caFile: String?, token: String?, label: String = "--from",
+                           defaultRun: String? = "live") async -> Result<[Envelope], TrafficSourceError> {
         var out: [Envelope] = []
         var since: UInt64 = 0
         var pageSize = 0
         for _ in 0..<maxPages {
-            guard let pageURL = pageURL(url, since: since) else {
-                return .failure(TrafficSourceError("--from \(url.absoluteString): expected a URL like https://HOST:PORT/api/events"))
+            guard let pageURL = pageURL(url, since: since, defaultRun: defaultRun) else {
+                return .failure(TrafficSourceError("\(label) \(url.absoluteString): expected a URL like https://HOST:PORT/api/events"))
             }
             let body: [UInt8]
-            switch await get(pageURL, caFile: caFile, token: token) {
+            switch await get(pageURL, caFile: caFile, token: token, label: label) {
             case .success(let b): body = b
             case .failure(let e): return .failure(e)
             }
@@ -108,7 +111,7 @@ enum TrafficSource: Equatable {
                 }
                 page = try Envelope.decodeAll(events, path: "$.events")
             } catch {
-                return .failure(TrafficSourceError("--from \(url.absoluteString): \(error.description)"))
+                return .failure(TrafficSourceError("\(label) \(url.absoluteString): \(error.description)"))
             }
             out += page
             guard let last = page.last, last.seq > since, page.count >= pageSize else { break }
@@ -118,17 +121,17 @@ enum TrafficSource: Equatable {
         return .success(out)
     }
 
-    /// `url` with `since` and `limit` set, and `run=live` when it names no run.
-    static func pageURL(_ url: URL, since: UInt64) -> URL? {
+    /// `url` with `since` and `limit` set, and `run=DEFAULTRUN` when it names no run (nil: none).
+    static func pageURL(_ url: URL, since: UInt64, defaultRun: String? = "live") -> URL? {
         guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return nil }
         var items = (parts.queryItems ?? []).filter { $0.name != "since" && $0.name != "limit" }
-        if !items.contains(where: { $0.name == "run" }) { items.append(URLQueryItem(name: "run", value: "live")) }
+        if let defaultRun, !items.contains(where: { $0.name == "run" }) { items.append(URLQueryItem(name: "run", value: defaultRun)) }
         parts.queryItems = items + [URLQueryItem(name: "since", value: String(since)),
                                     URLQueryItem(name: "limit", value: String(pageLimit))]
         return parts.url
     }
 
-    private static func get(_ url: URL, caFile: String?, token: String?) async -> Result<[UInt8], TrafficSourceError> {
+    private static func get(_ url: URL, caFile: String?, token: String?, label: String) async -> Result<[UInt8], TrafficSourceError> {
         var headers = [("Accept", "application/json")]
         if let token { headers.append(("Authorization", "Bearer \(token)")) }
         let status: Int, body: [UInt8]
@@ -139,7 +142,7 @@ enum TrafficSource: Equatable {
             switch await TLSTransport.send("GET", url: url, headers: headers, caFile: caFile, timeout: 30, maxBodyBytes: 64 << 20) {
             case .success(let a): status = a.status; body = a.body
             case .failure(let f):
-                return .failure(TrafficSourceError("--from \(url.absoluteString): \(f.reason): \(f.detail)"))
+                return .failure(TrafficSourceError("\(label) \(url.absoluteString): \(f.reason): \(f.detail)"))
             }
         } else {
             var request = URLRequest(url: url)
@@ -150,13 +153,13 @@ enum TrafficSource: Equatable {
                 status = (response as? HTTPURLResponse)?.statusCode ?? 0
                 body = Array(data)
             } catch {
-                return .failure(TrafficSourceError("--from \(url.absoluteString): \(error.localizedDescription)"
+                return .failure(TrafficSourceError("\(label) \(url.absoluteString): \(error.localizedDescription)"
                                                    + (url.scheme == "https" && caFile == nil ? " (for a server's own certificate, give --ca FILE)" : "")))
             }
         }
         guard status == 200 else {
             let text = String(decoding: body.prefix(200), as: UTF8.self)
-            return .failure(TrafficSourceError("--from \(url.absoluteString): HTTP \(status): \(text)"))
+            return .failure(TrafficSourceError("\(label) \(url.absoluteString): HTTP \(status): \(text)"))
         }
         return .success(body)
     }

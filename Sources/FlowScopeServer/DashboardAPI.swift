@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import FlowSim
 
 /// Simulation runs saved by `flowscope simulate`, shown in the dashboard next to live and test runs.
 public struct SimulationRuns: Sendable {
@@ -95,6 +96,21 @@ public enum DashboardAPI {
             body["latestSeq"] = store.latestSeq.map { .number(Double($0)) } ?? .null
             body["epoch"] = .string(hub.epoch)
             return .json(.object(body))
+        }
+        router.get("/api/calls/{trace}/scenario") { request in
+            // The scenario that reproduces a stored call (`flowscope reproduce`), from the query window of every run.
+            let trace = request.parameter("trace") ?? ""
+            let recording = Recording(query.read(store, run: nil).events)
+            switch recording.scenario(trace: trace, session: ["1", "true"].contains(request.query("session") ?? "")) {
+            case .success(let reproduced):
+                return Response(status: 200, headers: [("Content-Type", "application/json; charset=utf-8"), ("Cache-Control", "no-store"),
+                                                       ("Content-Disposition", "attachment; filename=\"reproduce-\(trace.prefix(32)).json\"")],
+                                body: Array(reproduced.text.utf8))
+            case .failure(let refusal):
+                let status = refusal.reason == .unknownTrace ? 404 : 422
+                return .json(["error": ["status": .number(Double(status)), "message": .string(refusal.message),
+                                        "reason": .string(refusal.reason.rawValue)]], status: status)
+            }
         }
         router.get("/api/events/stream") { _ in .eventStream(hub) }
         router.get("/api/placements") { request in

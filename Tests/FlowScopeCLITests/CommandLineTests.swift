@@ -33,7 +33,7 @@ struct CommandLineTests {
 
     @Test("every command answers --help and help <command> with its usage and options")
     func commandHelp() async {
-        #expect(Set(commands.map(\.spec.name)).isSuperset(of: ["serve", "run", "simulate", "cert", "check-config", "version"]))
+        #expect(Set(commands.map(\.spec.name)).isSuperset(of: ["serve", "run", "simulate", "reproduce", "cert", "check-config", "version"]))
         for command in commands {
             let viaFlag = await flowscope(command.spec.name, "--help")
             #expect(viaFlag.status == 0, "\(command.spec.name)")
