@@ -7,7 +7,7 @@ import { renderPlacements, renderSourceLegend } from './js/placements.js';
 import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/waterfall.js';
 import { renderHistogram, markListedRange } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
-import { el, clear } from './js/svg.js';
+import { el, clear, setText, setHidden } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
 
@@ -34,6 +34,7 @@ const state = {
   wfCurrent: null, // the waterfall's tab stop (a trace)
   tailCurrent: null, // the tail's tab stop (a seq)
   pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'histogram', 'tail')
+  focusOn: new Set(), // panels held while the keyboard focus is in them (the same keys)
   paused: false,
   conn: 'connecting',
   loaded: false,
@@ -54,6 +55,27 @@ const PAGE = 1000;
 const MAX_PAGES = 12;
 
 const WATERFALL_CALLS = 24;
+
+/** Status lines and alerts: cut with an ellipsis when long (style.css), their whole text is their title. */
+const STATUS_LINES = '#filter-status, #filter-error, .panel-note, #footer-seq, #bin-calls-note, .app-error, .app-error p, .kpi-sub, .panel-empty, #bin-calls-title';
+
+function syncTitles() {
+  for (const node of document.querySelectorAll(STATUS_LINES)) {
+    const text = node.textContent;
+    if (node.title !== text) node.title = text;
+  }
+}
+
+/** Whether a panel holds still: the pointer is on it, or the keyboard focus is in it. */
+function held(key) {
+  return state.pointerOn.has(key) || state.focusOn.has(key);
+}
+
+/** The note a held panel shows: what holds it. */
+function heldNote(key) {
+  if (state.focusOn.has(key)) return '· held while it has the keyboard focus';
+  return '· held while the pointer is on it';
+}
 const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations' };
 
 // ---------------------------------------------------------------- run selector
@@ -152,8 +174,8 @@ function renderRunSelect() {
 function renderBadge() {
   const kind = runMissing() ? 'missing' : runKind(state.run);
   const badge = $('#run-kind');
-  badge.dataset.kind = kind;
-  badge.textContent = { all: 'all runs', missing: 'no such run' }[kind] ?? kind;
+  if (badge.dataset.kind !== kind) badge.dataset.kind = kind;
+  setText(badge, { all: 'all runs', missing: 'no such run' }[kind] ?? kind);
 }
 
 /** Whether the selected run does not exist: the server has no detail for it and the page holds none of its events. */
@@ -171,9 +193,10 @@ function renderRunAlert() {
   } else if (runMissing()) {
     text = `Run ${run} does not exist: the server has no events, no stored events and no saved simulation with that id. Pick a run in the Run menu.`;
   }
-  alert.hidden = !text;
-  alert.textContent = text;
-  alert.dataset.reason = state.loadFailure ? 'load-failed' : text ? 'missing' : '';
+  setHidden(alert, !text);
+  setText(alert, text);
+  const reason = state.loadFailure ? 'load-failed' : text ? 'missing' : '';
+  if (alert.dataset.reason !== reason) alert.dataset.reason = reason;
 }
 
 function runKind(id) {
@@ -233,7 +256,7 @@ async function loadSinks() {
     const list = Array.isArray(answer.sinks) ? answer.sinks : [];
     const down = list.filter((s) => s.up === false);
     const saturated = list.filter((s) => s.up !== false && s.saturated === true);
-    alert.hidden = down.length + saturated.length === 0;
+    setHidden(alert, down.length + saturated.length === 0);
     const lines = down.map((s) => {
       const line = document.createElement('p');
       line.dataset.sink = s.name;
@@ -249,7 +272,8 @@ async function loadSinks() {
         (s.durable ? ' Ingest is refused with 503 until it catches up.' : '');
       return line;
     }));
-    alert.replaceChildren(...lines);
+    const same = alert.children.length === lines.length && lines.every((line, i) => alert.children[i].textContent === line.textContent);
+    if (!same) alert.replaceChildren(...lines);
   } catch (error) {
     // /api/sinks unreachable: the connection state already says so.
   }
@@ -272,7 +296,9 @@ async function loadAggregates() {
     state.runMissing = detail === MISSING;
     state.runDetail = detail === MISSING ? null : detail;
     state.error = null;
+    state.aggregatesFailure = null;
   } catch (error) {
+    state.aggregatesFailure = failureOf(error);
     note(error);
   }
 }
@@ -365,10 +391,10 @@ async function reloadAfterRestart() {
 let latestSeq = null;
 function setLatestSeq(seq) {
   if (Number.isFinite(seq) && (latestSeq === null || seq > latestSeq)) latestSeq = seq;
-  document.body.dataset.latestSeq = latestSeq ?? '';
+  if (document.body.dataset.latestSeq !== String(latestSeq ?? '')) document.body.dataset.latestSeq = latestSeq ?? '';
   const stale = state.offlineSince !== null ? ` · stale since ${fmt.clock(new Date(state.offlineSince).toISOString())}` : '';
   const paused = state.paused ? ' · paused' : '';
-  $('#footer-seq').textContent = `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`;
+  setText($('#footer-seq'), `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`);
 }
 
 function note(error) {
@@ -400,12 +426,12 @@ function updateOffline() {
   const banner = $('#offline-banner');
   const since = state.offlineSince;
   const down = since !== null && Date.now() - since > 2000;
-  banner.hidden = !down;
+  setHidden(banner, !down);
   document.body.classList.toggle('is-stale', down);
   if (down) {
     const seconds = Math.round((Date.now() - since) / 1000);
-    banner.textContent = `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
-      'Every panel shows data as of then; it updates by itself once the server answers again.';
+    setText(banner, `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
+      'Every panel shows data as of then; it updates by itself once the server answers again.');
   }
   setLatestSeq(latestSeq);
 }
@@ -466,12 +492,16 @@ function scheduleAggregates(includeRuns) {
 
 // ---------------------------------------------------------------- rendering
 
+/** Redraws at most twice a second: live data moves no faster than a reader follows it. */
+const RENDER_INTERVAL = 500;
+/** What each panel last drew (a key of its data), so that an unchanged panel is not drawn again. */
+const drawn = { strategies: undefined, placements: null, waterfall: null, histogram: null };
 let renderQueued = false;
 let lastRender = 0;
 function scheduleRender() {
   if (renderQueued) return;
   renderQueued = true;
-  const wait = Math.max(0, 250 - (performance.now() - lastRender));
+  const wait = Math.max(0, RENDER_INTERVAL - (performance.now() - lastRender));
   setTimeout(() => requestAnimationFrame(() => { renderQueued = false; lastRender = performance.now(); render(); }), wait);
 }
 
@@ -497,8 +527,17 @@ let queryToken = 0;
 /** Asks the server again, at most once a second, and not while paused (Resume asks). */
 function scheduleQuery() {
   if (!queryMode() || state.paused || queryTimer) return;
-  const wait = Math.max(0, 1000 - (performance.now() - queryAt));
-  queryTimer = setTimeout(() => { queryTimer = null; if (!state.paused) runQuery().catch(note); }, wait);
+  // A refused filter (400, 413, 414, ...) is not sent again until it changes; a busy or unreachable
+  // server (429, 503, no answer) is asked again, at most every 5 s.
+  const failure = state.query?.failure;
+  if (failure && failure.refused && state.query.key === JSON.stringify(queryParams())) return;
+  const wait = Math.max(0, (failure ? 5000 : 1000) - (performance.now() - queryAt));
+  queryTimer = setTimeout(() => {
+    queryTimer = null;
+    // Refused while this one waited: not sent again.
+    const refused = state.query?.failure?.refused && state.query.key === JSON.stringify(queryParams());
+    if (!state.paused && !refused) runQuery().catch(note);
+  }, wait);
 }
 
 /**
@@ -526,20 +565,49 @@ async function runQuery({ render: draw = true, force = false } = {}) {
     showFilterError(null);
   } catch (error) {
     if (token !== queryToken) return;
-    if (error.status === 400) {
-      state.query = { events: [], answer: null, key, error: error.serverMessage || error.message };
-      showFilterError(error.serverMessage || error.message);
-    } else {
-      note(error);
-    }
+    const failure = failureOf(error);
+    state.query = { events: [], answer: null, placements: [], key, failure };
+    showFilterError(failure.refused ? failure.message : null);
+    note(error);
   }
   if (draw) render({ force });
+}
+
+/**
+ * What a failed request says, for the panels where its data would be: {status (0: no answer),
+ * message (the server's, else the browser's), refused (the server refused the request itself: sending
+ * it again would get the same answer), text (the sentence shown)}.
+ */
+function failureOf(error) {
+  const status = Number.isFinite(error?.status) ? error.status : 0;
+  const message = error?.serverMessage || error?.message || String(error);
+  const refused = status >= 400 && status < 500 && status !== 408 && status !== 429;
+  const text = status === 0 ? `No answer from the server (${message}); asking again every 5 s.`
+    : refused ? `The server refused this view (HTTP ${status}): ${message}. Change the filters to ask again.`
+      : `The server could not answer (HTTP ${status}): ${message}; asking again every 5 s.`;
+  return { status, message, refused, text };
+}
+
+/** The failure to show in the call panels instead of their data, or null. */
+function panelFailure() {
+  if (queryMode()) return state.query?.failure ?? null;
+  return state.aggregatesFailure ?? null;
+}
+
+/** Shows a failure where a panel's data would be (its empty-state line), or hands the line back. */
+function showFailure(empty, failure) {
+  if (!failure) { if ('status' in empty.dataset) delete empty.dataset.status; return false; }
+  setHidden(empty, false);
+  setText(empty, failure.text);
+  if (empty.dataset.status !== String(failure.status)) empty.dataset.status = String(failure.status);
+  return true;
 }
 
 function showFilterError(message) {
   const node = $('#filter-error');
   node.hidden = !message;
   node.textContent = message ? `The server refused the filters: ${message}` : '';
+  syncTitles();
 }
 
 /** A filter control changed: new URL entry, then the server's answer for the new filters. */
@@ -613,7 +681,7 @@ function renderBin() {
   for (const sample of sorted.slice(0, BIN_ROWS)) {
     const li = el('li');
     const button = el('button', 'bin-call', null, { type: 'button', 'data-trace': sample.trace ?? '', 'data-duration': sample.duration });
-    button.appendChild(el('span', 'mono bin-call-placement', sample.placement ?? '—'));
+    button.appendChild(el('span', 'mono bin-call-placement', sample.placement ?? '—', { title: sample.placement ?? '' }));
     button.appendChild(el('span', `bin-call-source ${sample.source === 'error' ? 'bad' : ''}`, sample.source ?? ''));
     button.appendChild(el('span', 'num bin-call-duration', fmt.duration(sample.duration)));
     button.appendChild(el('span', 'mono muted bin-call-trace', (sample.trace ?? '').slice(0, 12)));
@@ -663,9 +731,10 @@ function waterfallAxis() {
  */
 function updateZoomControls() {
   const axis = waterfallAxis();
-  $('#wf-zoom-in').disabled = !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12;
-  $('#wf-zoom-out').disabled = !axis || !state.zoom;
-  $('#wf-reset-zoom').disabled = !state.zoom;
+  const disable = (button, off) => { if (button.disabled !== off) button.disabled = off; };
+  disable($('#wf-zoom-in'), !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12);
+  disable($('#wf-zoom-out'), !axis || !state.zoom);
+  disable($('#wf-reset-zoom'), !state.zoom);
 }
 
 /**
@@ -695,21 +764,33 @@ function render({ force = false } = {}) {
   const missing = runMissing();
   const nothing = !missing && state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
     && !hasStrategies(state.runDetail) && !state.runs.some((r) => r.events > 0 || r.kind === 'simulation');
-  $('#empty-state').hidden = !nothing;
+  setHidden($('#empty-state'), !nothing);
   document.body.classList.toggle('is-empty', nothing);
   renderBadge();
   renderRunAlert();
 
-  renderStrategies($('#strategies'), state.runDetail);
+  // Each panel is drawn again only when what it shows changed.
+  if (drawn.strategies !== state.runDetail) {
+    drawn.strategies = state.runDetail;
+    renderStrategies($('#strategies'), state.runDetail);
+  }
   // With a filter, the placements of the matching calls (their counts are calls, a preload's too).
-  renderPlacements($('#placements'), queryMode() ? state.query?.placements ?? [] : state.placements, { calls: queryMode() });
+  const rows = queryMode() ? state.query?.placements ?? [] : state.placements;
+  const failure = panelFailure();
+  const placementsKey = JSON.stringify([rows, queryMode(), failure]);
+  if (drawn.placements !== placementsKey) {
+    drawn.placements = placementsKey;
+    renderPlacements($('#placements'), rows, { calls: queryMode() });
+    showFailure($('#placements .panel-empty'), failure);
+  }
   // A saved simulation has no events (no calls): its strategies are the whole story, and the
   // call panels, the Calls filter bar and Pause (nothing there moves) would do nothing. A run that
   // does not exist has nothing to show either.
   const simulationOnly = hasStrategies(state.runDetail) && state.run !== '' && state.buffer.ofRun(state.run).length === 0;
-  for (const id of ['#summary', '#placements', '#waterfall', '.split', '#filters']) $(id).hidden = simulationOnly || missing;
-  $('#pause').hidden = simulationOnly;
-  document.body.dataset.view = missing ? 'missing' : simulationOnly ? 'simulation' : 'calls';
+  for (const id of ['#summary', '#placements', '#waterfall', '.split', '#filters']) setHidden($(id), simulationOnly || missing);
+  setHidden($('#pause'), simulationOnly);
+  const view = missing ? 'missing' : simulationOnly ? 'simulation' : 'calls';
+  if (document.body.dataset.view !== view) document.body.dataset.view = view;
   renderKpis(events);
 
   renderFilterStatus();
@@ -721,9 +802,11 @@ function render({ force = false } = {}) {
   updateFilterOptions();
   // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
   // top it follows again.
-  const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
-  if (!held) renderTailNow();
-  $('#tail-held').hidden = !held;
+  const tailHeld = $('.tail-wrap').scrollTop > 4 || held('tail');
+  if (!tailHeld) renderTailNow();
+  setHidden($('#tail-held'), !tailHeld);
+  if (tailHeld) setText($('#tail-held'), held('tail') ? heldNote('tail') : '· held while you read it');
+  syncTitles();
 }
 
 /**
@@ -731,19 +814,29 @@ function render({ force = false } = {}) {
  * does, so that a bar is not redrawn between the press and the release of a click) and nothing forces it.
  */
 function renderHistogramNow(events, { force = false } = {}) {
-  if (!force && state.pointerOn.has('histogram') && $('#histogram-chart g.bin')) return;
+  const histogramHeld = !force && held('histogram') && $('#histogram-chart g.bin');
+  setHidden($('#histogram-held'), !histogramHeld);
+  if (histogramHeld) { setText($('#histogram-held'), heldNote('histogram')); return; }
   const samples = histogramSamples(events);
+  const first = samples[0];
+  const last = samples[samples.length - 1];
+  const failure = panelFailure();
+  const key = JSON.stringify([samples.length, first?.trace, first?.duration, last?.trace, last?.duration, $('#histogram-chart').clientWidth,
+    state.bin && [state.bin.lo, state.bin.hi, state.bin.last], queryMode(), failure?.text]);
+  if (!force && drawn.histogram === key) return;
+  drawn.histogram = key;
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
     onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : undefined, listed: state.bin,
     axisTitle: queryMode() ? 'call duration (fetches and preloads)' : 'fetch.end duration',
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
-  $('#histogram .panel-empty').hidden = samples.length > 0;
-  $('#histogram .panel-empty').textContent = queryMode() ? 'No finished call matches these filters.' : 'No fetch.end events in this run yet.';
-  $('#histogram-note').textContent = !samples.length ? ''
+  setHidden($('#histogram .panel-empty'), samples.length > 0);
+  setText($('#histogram .panel-empty'), queryMode() ? 'No finished call matches these filters.' : 'No fetch.end events in this run yet.');
+  showFailure($('#histogram .panel-empty'), failure);
+  setText($('#histogram-note'), !samples.length ? ''
     : queryMode() ? `${fmt.count(h.count)} matching calls · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`
-      : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`;
+      : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`);
 }
 
 /** Draws the waterfall, unless the pointer is on it (then it holds still) and nothing forces it. */
@@ -752,10 +845,18 @@ function renderWaterfallNow({ force = false } = {}) {
   const nowT = events.length ? events[events.length - 1].t : null;
   const wf = $('#waterfall');
   const chart = $('#waterfall-chart');
-  const wfHeld = !force && state.pointerOn.has('waterfall') && chart.querySelector('g.wf-call');
-  $('#waterfall-held').hidden = !wfHeld;
+  const wfHeld = !force && held('waterfall') && chart.querySelector('g.wf-call');
+  setHidden($('#waterfall-held'), !wfHeld);
+  if (wfHeld) setText($('#waterfall-held'), heldNote('waterfall'));
   if (wfHeld) { markSelected(); return; }
   const calls = groupCalls(events, WATERFALL_CALLS, nowT);
+  // Drawn again only when a call, the width, the zoom, the open call or the failure changed.
+  const open = calls.some((c) => c.endT === null || c.endT === undefined);
+  const failure = panelFailure();
+  const key = JSON.stringify([calls.map((c) => `${c.trace}:${c.lastSeq}`), open ? nowT : null, chart.clientWidth, state.zoom,
+    state.selected?.trace ?? null, queryMode(), failure?.text]);
+  if (!force && drawn.waterfall === key) return;
+  drawn.waterfall = key;
   const focused = document.activeElement?.closest?.('#waterfall-chart g.wf-call')?.dataset.trace;
   const root = renderWaterfall(chart, calls, {
     onSelect: selectTrace, onCurrent: (trace) => { state.wfCurrent = trace; },
@@ -763,13 +864,14 @@ function renderWaterfallNow({ force = false } = {}) {
   });
   if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
   const empty = wf.querySelector(':scope > .panel-empty');
-  empty.hidden = calls.length > 0;
-  empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
+  setHidden(empty, calls.length > 0);
+  setText(empty, queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.');
+  showFailure(empty, failure);
   updateZoomControls();
   const cut = Number(root?.dataset.cut ?? 0);
   const how = 'drag on the axis or press + / − to zoom';
-  $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
-    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · ${how}` : how;
+  setText($('#waterfall-note'), state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
+    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · ${how}` : how);
 }
 
 /** The selected class on waterfall rows, without redrawing them. */
@@ -841,6 +943,11 @@ function closeCall() {
 
 /** The KPIs of the matching calls, from the server's stats. */
 function renderQueryKpis(events) {
+  if (state.query?.failure) {
+    // No answer is not zero calls: the KPIs say nothing, the panels say why.
+    for (const key of ['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors', 'rate']) setKpi(key, '–', `HTTP ${state.query.failure.status || 'no answer'}`);
+    return;
+  }
   const answer = state.query?.answer;
   const stats = answer?.stats ?? {};
   const matched = answer?.counts?.matched ?? null;
@@ -903,9 +1010,9 @@ function renderKpis(events) {
 
 function setKpi(key, value, sub, tone = '') {
   const node = document.querySelector(`.kpi[data-kpi="${key}"]`);
-  node.querySelector('.kpi-value').textContent = value;
-  node.querySelector('.kpi-sub').textContent = sub;
-  node.dataset.tone = tone;
+  setText(node.querySelector('.kpi-value'), value);
+  setText(node.querySelector('.kpi-sub'), sub);
+  if (node.dataset.tone !== tone) node.dataset.tone = tone;
 }
 
 function tailFilters() {
@@ -928,6 +1035,8 @@ function renderTailNow() {
     current: focused !== undefined ? Number(focused) : state.tailCurrent,
   });
   if (focused !== undefined) tbody.querySelector('tr[tabindex="0"]')?.focus({ preventScroll: true });
+  const empty = $('#tail .panel-empty');
+  if (!showFailure(empty, ownRun ? panelFailure() : null)) empty.textContent = 'No events match these filters.';
 }
 
 function updateFilterOptions() {
@@ -991,12 +1100,29 @@ function wire() {
     else if (queryTimer) { clearTimeout(queryTimer); queryTimer = null; }
   });
   $('.tail-wrap').addEventListener('scroll', () => {
-    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();
+    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !held('tail')) scheduleRender();
   });
   // The panel under the pointer holds still, so the row the user is about to click stays where it is.
   for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['histogram', '#histogram-chart'], ['tail', '.tail-wrap']]) {
     $(selector).addEventListener('pointerenter', () => { state.pointerOn.add(key); });
     $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
+    // The keyboard's focus holds it the same way (a click's focus does not: the pointer is there).
+    $(selector).addEventListener('focusin', (event) => {
+      if (!event.target.matches?.(':focus-visible')) return;
+      state.focusOn.add(key);
+      const note = $(`#${key}-held`);
+      note.hidden = false;
+      note.textContent = heldNote(key);
+    });
+    $(selector).addEventListener('focusout', (event) => {
+      if (event.relatedTarget && $(selector).contains(event.relatedTarget)) return;
+      // A row replaced by a forced redraw loses the focus for a moment: it is given back at once.
+      queueMicrotask(() => {
+        if ($(selector).contains(document.activeElement)) return;
+        state.focusOn.delete(key);
+        scheduleRender();
+      });
+    });
   }
   $('#trace-detail-close').addEventListener('click', closeCall);
   // The skip link moves the focus without touching the URL's hash (which holds the view).
@@ -1065,6 +1191,7 @@ function showError(error) {
   const banner = $('#app-error');
   banner.hidden = false;
   banner.textContent = `Dashboard error: ${error && error.message ? error.message : String(error)}`;
+  banner.title = banner.textContent;
 }
 window.addEventListener('error', (event) => showError(event.error ?? event.message));
 window.addEventListener('unhandledrejection', (event) => showError(event.reason));

@@ -675,7 +675,14 @@ final class DevToolsBrowser {
         removeDirectory(profile)
     }
 
-    private func command(_ method: String, _ params: [String: JSONValue], timeout: Double = 20) throws -> JSONValue {
+    /// Sets the viewport's size in CSS pixels (`Emulation.setDeviceMetricsOverride`), as a window of that size.
+    func setViewport(width: Int, height: Int) throws {
+        _ = try command("Emulation.setDeviceMetricsOverride", ["width": .number(Double(width)), "height": .number(Double(height)),
+                                                              "deviceScaleFactor": 1, "mobile": false])
+    }
+
+    /// Sends a DevTools command to the page (its `result`).
+    func command(_ method: String, _ params: [String: JSONValue], timeout: Double = 20) throws -> JSONValue {
         nextID += 1
         var message: [String: JSONValue] = ["id": .number(Double(nextID)), "method": .string(method), "params": .object(params)]
         if let session, !method.hasPrefix("Target.") { message["sessionId"] = .string(session) }

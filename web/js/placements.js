@@ -80,7 +80,7 @@ export function renderPlacements(section, placements, { calls = false } = {}) {
   for (const p of list) {
     const tr = el('tr', null, null, { 'data-placement': p.placement });
     const name = el('th', 'placement-name', null, { scope: 'row' });
-    name.appendChild(el('span', 'mono', p.placement));
+    name.appendChild(el('span', 'mono clip', p.placement, { title: p.placement }));
     tr.appendChild(name);
     tr.appendChild(el('td', 'num count', fmt.count(count(p))));
     const barCell = el('td', 'bar-col');
