@@ -10,6 +10,11 @@ import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
 import { el, clear, setText, setHidden } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
+import * as url from './js/url.js';
+import * as kpis from './js/kpis.js';
+import * as hold from './js/hold.js';
+import * as bins from './js/bins.js';
+import { failureOf, showFailure, syncTitles } from './js/failures.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -33,8 +38,6 @@ const state = {
   selected: null,
   wfCurrent: null, // the waterfall's tab stop (a trace)
   tailCurrent: null, // the tail's tab stop (a seq)
-  pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'histogram', 'tail')
-  focusOn: new Set(), // panels held while the keyboard focus is in them (the same keys)
   paused: false,
   conn: 'connecting',
   loaded: false,
@@ -56,64 +59,21 @@ const MAX_PAGES = 12;
 
 const WATERFALL_CALLS = 24;
 
-/** Status lines and alerts: cut with an ellipsis when long (style.css), their whole text is their title. */
-const STATUS_LINES = '#filter-status, #filter-error, .panel-note, #footer-seq, #bin-calls-note, .app-error, .app-error p, .kpi-sub, .panel-empty, #bin-calls-title';
-
-function syncTitles() {
-  for (const node of document.querySelectorAll(STATUS_LINES)) {
-    const text = node.textContent;
-    if (node.title !== text) node.title = text;
-  }
-}
-
-/** Whether a panel holds still: the pointer is on it, or the keyboard focus is in it. */
-function held(key) {
-  return state.pointerOn.has(key) || state.focusOn.has(key);
-}
-
-/** The note a held panel shows: what holds it. */
-function heldNote(key) {
-  if (state.focusOn.has(key)) return '· held while it has the keyboard focus';
-  return '· held while the pointer is on it';
-}
 const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations' };
 
 // ---------------------------------------------------------------- run selector
 
-/**
- * The view in the URL's hash: run, open call, the filters and time range, the tail's filters
- * the waterfall's zoom (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=`).
- */
+/** The view in the URL's hash (js/url.js). */
 function viewFromURL() {
-  const q = new URLSearchParams(location.hash.replace(/^#/, ''));
-  return {
-    run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), zoom: parseZoom(q.get('zoom')),
-    event: q.get('event') ?? '', tailRun: q.get('tailRun'),
-  };
-}
-
-/** `zoom=<from>-<to>` (seconds from the calls' starts) as [from, to]; null when absent or not a span. */
-function parseZoom(text) {
-  const m = /^(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)$/.exec(text ?? '');
-  if (!m) return null;
-  const zoom = [Number(m[1]), Number(m[2])];
-  return zoom[1] > zoom[0] ? zoom : null;
-}
-
-function formatZoom(zoom) {
-  return zoom.map((v) => String(Number(v.toFixed(9)))).join('-');
+  return url.viewFromHash(location.hash);
 }
 
 /** The hash of the current view. */
 function viewHash() {
-  const q = new URLSearchParams();
-  q.set('run', state.run);
-  if (state.selected) q.set('call', state.selected.trace);
-  filters.toParams(state.filters, q);
-  if (state.zoom) q.set('zoom', formatZoom(state.zoom));
-  if ($('#filter-name').value) q.set('event', $('#filter-name').value);
-  if ($('#filter-run').value !== '@view') q.set('tailRun', $('#filter-run').value);
-  return `#${q.toString()}`;
+  return url.viewHash({
+    run: state.run, call: state.selected?.trace ?? null, filters: state.filters, zoom: state.zoom,
+    event: $('#filter-name').value, tailRun: $('#filter-run').value,
+  });
 }
 
 /** Records the view in the URL: a new history entry for a user's action, so Back returns to the view before. */
@@ -389,9 +349,14 @@ async function reloadAfterRestart() {
 }
 
 let latestSeq = null;
-function setLatestSeq(seq) {
+/** Notes the latest seq; the footer line says it on the next redraw (`footer`: now). */
+function setLatestSeq(seq, { footer = false } = {}) {
   if (Number.isFinite(seq) && (latestSeq === null || seq > latestSeq)) latestSeq = seq;
   if (document.body.dataset.latestSeq !== String(latestSeq ?? '')) document.body.dataset.latestSeq = latestSeq ?? '';
+  if (footer) renderFooter();
+}
+
+function renderFooter() {
   const stale = state.offlineSince !== null ? ` · stale since ${fmt.clock(new Date(state.offlineSince).toISOString())}` : '';
   const paused = state.paused ? ' · paused' : '';
   setText($('#footer-seq'), `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`);
@@ -433,7 +398,7 @@ function updateOffline() {
     setText(banner, `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
       'Every panel shows data as of then; it updates by itself once the server answers again.');
   }
-  setLatestSeq(latestSeq);
+  renderFooter();
 }
 
 const stream = new api.LiveStream({
@@ -473,6 +438,8 @@ const stream = new api.LiveStream({
   },
 });
 
+/** The placements table and the KPIs are asked again at most every 2 s while events arrive. */
+const AGGREGATES_INTERVAL = 2000;
 let aggregateTimer = null;
 function scheduleAggregates(includeRuns) {
   if (includeRuns) state.runsStale = true;
@@ -487,13 +454,13 @@ function scheduleAggregates(includeRuns) {
     }
     await Promise.all(jobs);
     scheduleRender();
-  }, 1000);
+  }, AGGREGATES_INTERVAL);
 }
 
 // ---------------------------------------------------------------- rendering
 
 /** Redraws at most twice a second: live data moves no faster than a reader follows it. */
-const RENDER_INTERVAL = 500;
+const RENDER_INTERVAL = 1000;
 /** What each panel last drew (a key of its data), so that an unchanged panel is not drawn again. */
 const drawn = { strategies: undefined, placements: null, waterfall: null, histogram: null };
 let renderQueued = false;
@@ -573,34 +540,10 @@ async function runQuery({ render: draw = true, force = false } = {}) {
   if (draw) render({ force });
 }
 
-/**
- * What a failed request says, for the panels where its data would be: {status (0: no answer),
- * message (the server's, else the browser's), refused (the server refused the request itself: sending
- * it again would get the same answer), text (the sentence shown)}.
- */
-function failureOf(error) {
-  const status = Number.isFinite(error?.status) ? error.status : 0;
-  const message = error?.serverMessage || error?.message || String(error);
-  const refused = status >= 400 && status < 500 && status !== 408 && status !== 429;
-  const text = status === 0 ? `No answer from the server (${message}); asking again every 5 s.`
-    : refused ? `The server refused this view (HTTP ${status}): ${message}. Change the filters to ask again.`
-      : `The server could not answer (HTTP ${status}): ${message}; asking again every 5 s.`;
-  return { status, message, refused, text };
-}
-
 /** The failure to show in the call panels instead of their data, or null. */
 function panelFailure() {
   if (queryMode()) return state.query?.failure ?? null;
   return state.aggregatesFailure ?? null;
-}
-
-/** Shows a failure where a panel's data would be (its empty-state line), or hands the line back. */
-function showFailure(empty, failure) {
-  if (!failure) { if ('status' in empty.dataset) delete empty.dataset.status; return false; }
-  setHidden(empty, false);
-  setText(empty, failure.text);
-  if (empty.dataset.status !== String(failure.status)) empty.dataset.status = String(failure.status);
-  return true;
 }
 
 function showFilterError(message) {
@@ -652,44 +595,14 @@ function renderFilterStatus() {
  */
 function openBin(bin) {
   state.bin = { lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice(), at: new Date().toISOString() };
-  renderBin();
+  bins.renderBin($('#bin-calls'), state.bin, selectTrace);
   markListedRange($('#histogram-chart svg.histogram'), state.bin);
 }
 
 function closeBin() {
   state.bin = null;
-  renderBin();
+  bins.renderBin($('#bin-calls'), state.bin, selectTrace);
   markListedRange($('#histogram-chart svg.histogram'), null);
-}
-
-const BIN_ROWS = 200;
-function renderBin() {
-  const panel = $('#bin-calls');
-  const list = panel.querySelector('ul');
-  clear(list);
-  const note = $('#bin-calls-note');
-  if (!state.bin) { panel.hidden = true; delete panel.dataset.lo; delete panel.dataset.hi; note.textContent = ''; return; }
-  const b = state.bin;
-  panel.hidden = false;
-  panel.dataset.lo = b.lo;
-  if (b.last) delete panel.dataset.hi; else panel.dataset.hi = b.hi;
-  const range = b.last ? `${fmt.duration(b.lo)} or longer` : `${fmt.duration(b.lo)} to ${fmt.duration(b.hi)}`;
-  $('#bin-calls-title').textContent = `${fmt.count(b.samples.length)} call${b.samples.length === 1 ? '' : 's'} of ${range}`;
-  note.textContent = `Calls ${b.last ? `of ${fmt.duration(b.lo)} or longer` : `from ${fmt.duration(b.lo)} to under ${fmt.duration(b.hi)}`}` +
-    ` as counted at ${fmt.clock(b.at).slice(0, 8)}; the chart keeps this range highlighted as new calls rescale it.`;
-  const sorted = b.samples.slice().sort((x, y) => y.duration - x.duration);
-  for (const sample of sorted.slice(0, BIN_ROWS)) {
-    const li = el('li');
-    const button = el('button', 'bin-call', null, { type: 'button', 'data-trace': sample.trace ?? '', 'data-duration': sample.duration });
-    button.appendChild(el('span', 'mono bin-call-placement', sample.placement ?? '—', { title: sample.placement ?? '' }));
-    button.appendChild(el('span', `bin-call-source ${sample.source === 'error' ? 'bad' : ''}`, sample.source ?? ''));
-    button.appendChild(el('span', 'num bin-call-duration', fmt.duration(sample.duration)));
-    button.appendChild(el('span', 'mono muted bin-call-trace', (sample.trace ?? '').slice(0, 12)));
-    button.addEventListener('click', () => { if (sample.trace) selectTrace(sample.trace); });
-    li.appendChild(button);
-    list.appendChild(li);
-  }
-  if (sorted.length > BIN_ROWS) list.appendChild(el('li', 'muted', `and ${fmt.count(sorted.length - BIN_ROWS)} more`));
 }
 
 /** Samples for the histogram: the server's durations of the matching calls, or the page's fetch.end events. */
@@ -758,7 +671,7 @@ function zoomBy(factor) {
  * and seq), so a redraw never sends the focus back to the page.
  */
 function render({ force = false } = {}) {
-  setLatestSeq(latestSeq);
+  renderFooter();
   if (state.paused && !force) return;
   const events = viewEvents();
   const missing = runMissing();
@@ -802,10 +715,10 @@ function render({ force = false } = {}) {
   updateFilterOptions();
   // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
   // top it follows again.
-  const tailHeld = $('.tail-wrap').scrollTop > 4 || held('tail');
+  const tailHeld = $('.tail-wrap').scrollTop > 4 || hold.held('tail');
   if (!tailHeld) renderTailNow();
   setHidden($('#tail-held'), !tailHeld);
-  if (tailHeld) setText($('#tail-held'), held('tail') ? heldNote('tail') : '· held while you read it');
+  if (tailHeld) setText($('#tail-held'), hold.held('tail') ? hold.heldNote('tail') : '· held while you read it');
   syncTitles();
 }
 
@@ -814,9 +727,9 @@ function render({ force = false } = {}) {
  * does, so that a bar is not redrawn between the press and the release of a click) and nothing forces it.
  */
 function renderHistogramNow(events, { force = false } = {}) {
-  const histogramHeld = !force && held('histogram') && $('#histogram-chart g.bin');
+  const histogramHeld = !force && hold.held('histogram') && $('#histogram-chart g.bin');
   setHidden($('#histogram-held'), !histogramHeld);
-  if (histogramHeld) { setText($('#histogram-held'), heldNote('histogram')); return; }
+  if (histogramHeld) { setText($('#histogram-held'), hold.heldNote('histogram')); return; }
   const samples = histogramSamples(events);
   const first = samples[0];
   const last = samples[samples.length - 1];
@@ -845,9 +758,9 @@ function renderWaterfallNow({ force = false } = {}) {
   const nowT = events.length ? events[events.length - 1].t : null;
   const wf = $('#waterfall');
   const chart = $('#waterfall-chart');
-  const wfHeld = !force && held('waterfall') && chart.querySelector('g.wf-call');
+  const wfHeld = !force && hold.held('waterfall') && chart.querySelector('g.wf-call');
   setHidden($('#waterfall-held'), !wfHeld);
-  if (wfHeld) setText($('#waterfall-held'), heldNote('waterfall'));
+  if (wfHeld) setText($('#waterfall-held'), hold.heldNote('waterfall'));
   if (wfHeld) { markSelected(); return; }
   const calls = groupCalls(events, WATERFALL_CALLS, nowT);
   // Drawn again only when a call, the width, the zoom, the open call or the failure changed.
@@ -941,78 +854,12 @@ function closeCall() {
   row?.focus({ preventScroll: true });
 }
 
-/** The KPIs of the matching calls, from the server's stats. */
-function renderQueryKpis(events) {
-  if (state.query?.failure) {
-    // No answer is not zero calls: the KPIs say nothing, the panels say why.
-    for (const key of ['fetches', 'network', 'p50', 'p95', 'timeouts', 'targetingLost', 'errors', 'rate']) setKpi(key, '–', `HTTP ${state.query.failure.status || 'no answer'}`);
-    return;
-  }
-  const answer = state.query?.answer;
-  const stats = answer?.stats ?? {};
-  const matched = answer?.counts?.matched ?? null;
-  const sources = stats.sources ?? {};
-  const ok = Object.values(sources).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
-  const network = sources.network ?? 0;
-  // The read model's numbers (docs/events-and-metrics.md, "Numbers"): the same as without a filter.
-  const fetches = Number.isFinite(stats.fetches) ? stats.fetches : 0;
-  const samples = Number.isFinite(stats.samples) ? stats.samples : 0;
-  setKpi('fetches', fmt.count(fetches), matched !== null ? `of ${fmt.count(matched)} matching calls` : 'matching calls');
-  setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(stats.p50), samples ? `${fmt.count(samples)} matching fetches` : '');
-  setKpi('p95', fmt.duration(stats.p95), samples ? `${fmt.count(samples)} matching fetches` : '', stats.p95 >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(stats.timeouts), fetches ? `${(stats.timeouts / fetches).toFixed(2)} per fetch` : '', stats.timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(stats.targetingLost), fetches ? `${fmt.percent(stats.targetingLost, fetches)} of fetches` : '', stats.targetingLost ? 'warn' : '');
-  setKpi('errors', fmt.count(stats.errors), 'fetch + preload', stats.errors ? 'bad' : '');
-  const minuteAgo = Date.now() - 60000;
-  const recent = events.filter((e) => new Date(e.ts).getTime() >= minuteAgo).length;
-  // The page holds the newest PAGE events of the matching calls: when all are from the last minute, at least that many.
-  setKpi('rate', `${events.length >= PAGE && recent === events.length ? '≥ ' : ''}${fmt.count(recent)}`, 'of the matching calls');
-}
-
 function renderKpis(events) {
-  if (queryMode()) { renderQueryKpis(events); return; }
-  // The read model's totals over the run's calls (GET /api/placements): the same numbers a filter
-  // that excludes nothing gives (docs/events-and-metrics.md, "Numbers").
-  const t = state.totals ?? {};
-  const n = (v) => (Number.isFinite(v) ? v : 0);
-  const fetches = n(t.fetches);
-  const sources = t.sources ?? {};
-  const ok = Object.values(sources).reduce((a, b) => a + n(b), 0);
-  const network = n(sources.network);
-  const samples = n(t.samples);
-  const ps = state.placements;
-  setKpi('fetches', fmt.count(fetches), `${fmt.count(ps.length)} placement${ps.length === 1 ? '' : 's'}`);
-  setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(t.p50), samples ? `${fmt.count(samples)} fetches` : '');
-  setKpi('p95', fmt.duration(t.p95), samples ? `${fmt.count(samples)} fetches` : '', t.p95 >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(n(t.timeouts)), fetches ? `${(n(t.timeouts) / fetches).toFixed(2)} per fetch` : '', t.timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(n(t.targetingLost)), fetches ? `${fmt.percent(n(t.targetingLost), fetches)} of fetches` : '', t.targetingLost ? 'warn' : '');
-  setKpi('errors', fmt.count(n(t.errors)), 'fetch + preload', t.errors ? 'bad' : '');
-  const summary = state.runDetail?.run ?? null;
-  // Events of the last minute; when the page holds less than that minute (a capped page or a full
-  // buffer), the rate over the stretch it holds.
-  const now = Date.now();
-  let recent = 0;
-  let oldest = null;
-  let coversMinute = false;
-  for (let i = events.length - 1; i >= 0; i -= 1) {
-    const ts = new Date(events[i].ts).getTime();
-    if (ts < now - 60000) { coversMinute = true; break; }
-    recent += 1;
-    oldest = ts;
-  }
-  const partial = !coversMinute && oldest !== null && (state.pageLimited || state.buffer.events.length >= state.buffer.capacity);
-  if (partial) recent = Math.round((recent * 60000) / Math.max(now - oldest, 1000));
-  const total = summary?.events ?? (state.run === '' ? state.runs.reduce((s, r) => s + (r.events ?? 0), 0) : null);
-  setKpi('rate', fmt.count(recent), total !== null ? `${fmt.count(total)} events total` : '');
-}
-
-function setKpi(key, value, sub, tone = '') {
-  const node = document.querySelector(`.kpi[data-kpi="${key}"]`);
-  setText(node.querySelector('.kpi-value'), value);
-  setText(node.querySelector('.kpi-sub'), sub);
-  if (node.dataset.tone !== tone) node.dataset.tone = tone;
+  if (queryMode()) { kpis.renderQueryKpis(state.query, events, PAGE); return; }
+  kpis.renderRunKpis({
+    totals: state.totals, placements: state.placements, runDetail: state.runDetail, run: state.run, runs: state.runs, events,
+    capped: state.pageLimited || state.buffer.events.length >= state.buffer.capacity,
+  });
 }
 
 function tailFilters() {
@@ -1100,29 +947,11 @@ function wire() {
     else if (queryTimer) { clearTimeout(queryTimer); queryTimer = null; }
   });
   $('.tail-wrap').addEventListener('scroll', () => {
-    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !held('tail')) scheduleRender();
+    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !hold.held('tail')) scheduleRender();
   });
   // The panel under the pointer holds still, so the row the user is about to click stays where it is.
   for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['histogram', '#histogram-chart'], ['tail', '.tail-wrap']]) {
-    $(selector).addEventListener('pointerenter', () => { state.pointerOn.add(key); });
-    $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
-    // The keyboard's focus holds it the same way (a click's focus does not: the pointer is there).
-    $(selector).addEventListener('focusin', (event) => {
-      if (!event.target.matches?.(':focus-visible')) return;
-      state.focusOn.add(key);
-      const note = $(`#${key}-held`);
-      note.hidden = false;
-      note.textContent = heldNote(key);
-    });
-    $(selector).addEventListener('focusout', (event) => {
-      if (event.relatedTarget && $(selector).contains(event.relatedTarget)) return;
-      // A row replaced by a forced redraw loses the focus for a moment: it is given back at once.
-      queueMicrotask(() => {
-        if ($(selector).contains(document.activeElement)) return;
-        state.focusOn.delete(key);
-        scheduleRender();
-      });
-    });
+    hold.wire(key, $(selector), $(`#${key}-held`), scheduleRender);
   }
   $('#trace-detail-close').addEventListener('click', closeCall);
   // The skip link moves the focus without touching the URL's hash (which holds the view).
