@@ -134,7 +134,7 @@ struct DashboardBrowserContrastTests {
         #expect(try browser.waitFor("!document.querySelector('#bin-calls').hidden"))
         // The tail shows every kind of event (cache.*, layout.*, request.*, fetch.*, timeout, fallback).
         _ = try browser.evaluate("document.querySelector('#pause').click()")
-        try Self.expectAA(browser, "live run, paused, a call open, a bar's calls listed", atLeast: 500)
+        try Self.expectAA(browser, "live run, paused, a call open, a bar's calls listed", atLeast: 300)
         _ = try browser.evaluate("document.querySelector('#pause').click()")
 
         // A refused filter: its message in the filter bar and in every panel.

@@ -47,6 +47,7 @@ struct DashboardBrowserLayoutTests {
             try browser.setViewport(width: width, height: 900)
             usleep(500_000)
             #expect(try browser.waitFor("document.querySelector('#placements tr[data-placement^=\"placement_x\"]') !== null"))
+            _ = try browser.waitFor("\(Self.overflow) === '[]'", timeout: 5) // the page redraws for a new width within a second
             let plain = try browser.evaluate(Self.overflow)
             #expect(plain == "[]", "nothing wider than its box at \(width) px: \(plain.jsonText)")
             let cell = try browser.evaluate("""
@@ -59,6 +60,7 @@ struct DashboardBrowserLayoutTests {
             _ = try browser.evaluate("location.hash = 'run=live&call=\(trace)'")
             #expect(try browser.waitFor("document.querySelector('#trace-detail').dataset.trace === '\(trace)' && document.querySelectorAll('#trace-detail tbody tr').length >= 4"))
             usleep(300_000)
+            _ = try browser.waitFor("\(Self.overflow) === '[]'", timeout: 5) // the page redraws for a new width within a second
             let open = try browser.evaluate(Self.overflow)
             #expect(open == "[]", "nothing wider than its box with the call open at \(width) px: \(open.jsonText)")
             #expect(try browser.evaluate("document.querySelector('#trace-detail h3').title.includes('\(long)')") == .bool(true))
@@ -71,6 +73,7 @@ struct DashboardBrowserLayoutTests {
             try DashboardBrowserFilterTests.setFilter(browser, "f-q", String(repeating: "s", count: 40_000))
             #expect(try browser.waitFor("location.hash.includes('q=sss') && document.querySelector('#filter-status').title.length > 40000"))
             usleep(800_000)
+            _ = try browser.waitFor("\(Self.overflow) === '[]'", timeout: 5) // the page redraws for a new width within a second
             let searched = try browser.evaluate(Self.overflow)
             #expect(searched == "[]", "nothing wider than its box with a 40,000-character search at \(width) px: \(searched.jsonText)")
             #expect(try browser.evaluate("getComputedStyle(document.querySelector('#filter-status')).textOverflow") == "ellipsis")
