@@ -253,6 +253,7 @@ async function loadAggregates() {
     if (run !== (state.run === '' ? null : state.run)) return;
     state.placements = Array.isArray(placements.placements) ? placements.placements : [];
     state.totals = placements.totals && typeof placements.totals === 'object' ? placements.totals : null;
+    state.cut = cutOf(placements);
     state.runMissing = detail === MISSING;
     state.runDetail = detail === MISSING ? null : detail;
     state.error = null;
@@ -527,6 +528,7 @@ async function runQuery({ render: draw = true, force = false } = {}) {
     state.query = {
       events: Array.isArray(page.events) ? page.events.filter((e) => e && Number.isFinite(e.seq)) : [], answer, key,
       placements: Array.isArray(table.placements) ? table.placements : [],
+      cut: cutOf(table),
     };
     setLatestSeq(answer.latestSeq);
     showFilterError(null);
@@ -538,6 +540,28 @@ async function runQuery({ render: draw = true, force = false } = {}) {
     note(error);
   }
   if (draw) render({ force });
+}
+
+/** What an answer read when the server's bound cut it (its `coverage`, when `counts.windowFull`), or null. */
+function cutOf(answer) {
+  if (!answer?.counts?.windowFull) return null;
+  return answer.coverage && typeof answer.coverage === 'object' ? answer.coverage : {};
+}
+
+/**
+ * A range (or the run) cut by the server's bound is said in the panels whose numbers it cuts: the
+ * placements table, and with a filter the histogram.
+ */
+function renderCutNotes() {
+  const cut = queryMode() ? state.query?.cut ?? null : state.cut ?? null;
+  const whole = state.filters.range ? 'the whole time range' : 'the whole run';
+  const text = cut ? `Cut by the server's bound: these numbers count the newest ${fmt.count(cut.events ?? 0)} events of the run` +
+    `${cut.from ? ` (from ${fmt.clock(cut.from).slice(0, 8)})` : ''}, not ${whole}; older calls are left out.` : '';
+  for (const node of document.querySelectorAll('#placements .cut-note, #histogram .cut-note')) {
+    const shown = Boolean(cut) && (queryMode() || node.closest('#placements') !== null);
+    setHidden(node, !shown);
+    setText(node, shown ? text : '');
+  }
 }
 
 /** The failure to show in the call panels instead of their data, or null. */
@@ -707,6 +731,7 @@ function render({ force = false } = {}) {
   renderKpis(events);
 
   renderFilterStatus();
+  renderCutNotes();
   // Forced (a user's change of run, filter or pause): redrawn even under the pointer.
   renderWaterfallNow({ force });
   renderDetail();
@@ -903,6 +928,8 @@ function wire() {
   setOptions($('#filter-name'), EVENT_NAMES);
   $('#run-select').addEventListener('change', (event) => selectRun(event.target.value));
   for (const [id] of filters.FIELDS) $(`#${id}`).addEventListener('change', onFilterChange);
+  // From … to …: its two inputs show while it is chosen.
+  $('#f-range').addEventListener('change', () => { $('#f-custom').hidden = $('#f-range').value !== 'custom'; });
   $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
   $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
   // The zoom buttons act as + , − and 0 on a row. A button that its own press disables (Zoom out back
