@@ -39,7 +39,7 @@ struct DashboardBrowserCostTests {
     /// Elements in the page.
     static let nodes = "document.getElementsByTagName('*').length"
 
-    @Test("keeping the page open: with live traffic at the demo's rate (50 events/s) the main thread is busy at most 10% of a 10 s window, with no traffic about 0% (at most 1%), at 2,000 events/s at most 30%; the page holds at most 3,000 elements")
+    @Test("keeping the page open: with live traffic at the demo's rate (50 events/s) the main thread is busy at most 10% of a 6 s window, with no traffic about 0% (at most 1%), at 2,000 events/s at most 30%; the page holds at most 3,000 elements")
     func cheapToKeepOpen() throws {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         let stack = try DashboardStack()
@@ -61,8 +61,8 @@ struct DashboardBrowserCostTests {
         let demo = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.08)
         defer { demo.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
-        usleep(2_000_000)
-        let atDemo = try Self.busy(browser, seconds: 10)
+        usleep(1_500_000)
+        let atDemo = try Self.busy(browser, seconds: 6)
         let nodesAtDemo = try browser.evaluate(Self.nodes).numberValue ?? 0
         demo.stop()
         print("dashboard cost, demo rate (50 events/s): \(Self.describe(atDemo)), \(Int(nodesAtDemo)) elements")
@@ -70,16 +70,16 @@ struct DashboardBrowserCostTests {
         #expect(nodesAtDemo <= 3_000, "elements in the page at the demo's rate: \(nodesAtDemo)")
 
         // No traffic: nothing changes, nothing is drawn.
-        usleep(3_000_000)
-        let idle = try Self.busy(browser, seconds: 10)
+        usleep(2_000_000)
+        let idle = try Self.busy(browser, seconds: 6)
         print("dashboard cost, no traffic: \(Self.describe(idle))")
         #expect(idle.busy <= 0.01, "with no traffic: \(Self.describe(idle))")
 
         // 2,000 events/s: four senders of 500 events a second each.
         let heavy = HeavyTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
         defer { heavy.stop() }
-        usleep(2_000_000)
-        let atHeavy = try Self.busy(browser, seconds: 10)
+        usleep(1_500_000)
+        let atHeavy = try Self.busy(browser, seconds: 6)
         let nodesAtHeavy = try browser.evaluate(Self.nodes).numberValue ?? 0
         heavy.stop()
         let rate = heavy.rate

@@ -35,7 +35,7 @@ struct DashboardBrowserFocusTests {
             let trace = try #require(before["trace"]?.stringValue, "a focused row (round \(round))")
             let top = before["top"]?.numberValue
             let seqBefore = try browser.evaluate("Number(document.body.dataset.latestSeq)").numberValue ?? 0
-            usleep(1_500_000) // calls keep arriving while the user reads the row
+            usleep(1_000_000) // calls keep arriving while the user reads the row
             let seqAfter = try browser.evaluate("Number(document.body.dataset.latestSeq)").numberValue ?? 0
             #expect(seqAfter > seqBefore, "events kept arriving (round \(round): \(seqBefore) -> \(seqAfter))")
             let after = try browser.evaluate(Self.focusedRow)
