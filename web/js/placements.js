@@ -87,7 +87,8 @@ export function renderPlacements(section, placements, { calls = false } = {}) {
     const wrap = el('div', 'bar-cell');
     wrap.appendChild(sourceBar(p.sources, p.fetches));
     const top = topSource(p.sources);
-    wrap.appendChild(el('span', 'bar-note', top ? `${top[0]} ${fmt.percent(top[1], sumOf(p.sources))}` : '–'));
+    const topText = top ? `${top[0]} ${fmt.percent(top[1], sumOf(p.sources))}` : '–';
+    wrap.appendChild(el('span', 'bar-note', topText, { title: topText }));
     barCell.appendChild(wrap);
     tr.appendChild(barCell);
     const d = p.duration || {};
