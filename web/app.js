@@ -7,10 +7,15 @@ import { renderPlacements, renderSourceLegend } from './js/placements.js';
 import { renderWaterfall, renderWaterfallLegend, renderTraceDetail } from './js/waterfall.js';
 import { renderHistogram, markListedRange } from './js/histogram.js';
 import { renderTail, setOptions, EVENT_NAMES } from './js/tail.js';
-import { el, clear } from './js/svg.js';
+import { el, clear, setText, setHidden } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
 import { createTestRuns } from './js/testruns.js';
+import * as url from './js/url.js';
+import * as kpis from './js/kpis.js';
+import * as hold from './js/hold.js';
+import * as bins from './js/bins.js';
+import { failureOf, showFailure, syncTitles } from './js/failures.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -34,7 +39,6 @@ const state = {
   selected: null,
   wfCurrent: null, // the waterfall's tab stop (a trace)
   tailCurrent: null, // the tail's tab stop (a seq)
-  pointerOn: new Set(), // panels held while the pointer is on them ('waterfall', 'histogram', 'tail')
   paused: false,
   conn: 'connecting',
   loaded: false,
@@ -55,44 +59,22 @@ const PAGE = 1000;
 const MAX_PAGES = 12;
 
 const WATERFALL_CALLS = 24;
+
 const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations' };
 
 // ---------------------------------------------------------------- run selector
 
-/**
- * The view in the URL's hash: run, open call, the filters and time range, the tail's filters
- * the waterfall's zoom (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=`).
- */
+/** The view in the URL's hash (js/url.js). */
 function viewFromURL() {
-  const q = new URLSearchParams(location.hash.replace(/^#/, ''));
-  return {
-    run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), zoom: parseZoom(q.get('zoom')),
-    event: q.get('event') ?? '', tailRun: q.get('tailRun'),
-  };
-}
-
-/** `zoom=<from>-<to>` (seconds from the calls' starts) as [from, to]; null when absent or not a span. */
-function parseZoom(text) {
-  const m = /^(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)$/.exec(text ?? '');
-  if (!m) return null;
-  const zoom = [Number(m[1]), Number(m[2])];
-  return zoom[1] > zoom[0] ? zoom : null;
-}
-
-function formatZoom(zoom) {
-  return zoom.map((v) => String(Number(v.toFixed(9)))).join('-');
+  return url.viewFromHash(location.hash);
 }
 
 /** The hash of the current view. */
 function viewHash() {
-  const q = new URLSearchParams();
-  q.set('run', state.run);
-  if (state.selected) q.set('call', state.selected.trace);
-  filters.toParams(state.filters, q);
-  if (state.zoom) q.set('zoom', formatZoom(state.zoom));
-  if ($('#filter-name').value) q.set('event', $('#filter-name').value);
-  if ($('#filter-run').value !== '@view') q.set('tailRun', $('#filter-run').value);
-  return `#${q.toString()}`;
+  return url.viewHash({
+    run: state.run, call: state.selected?.trace ?? null, filters: state.filters, zoom: state.zoom,
+    event: $('#filter-name').value, tailRun: $('#filter-run').value,
+  });
 }
 
 /** Records the view in the URL: a new history entry for a user's action, so Back returns to the view before. */
@@ -153,8 +135,8 @@ function renderRunSelect() {
 function renderBadge() {
   const kind = runMissing() ? 'missing' : runKind(state.run);
   const badge = $('#run-kind');
-  badge.dataset.kind = kind;
-  badge.textContent = { all: 'all runs', missing: 'no such run' }[kind] ?? kind;
+  if (badge.dataset.kind !== kind) badge.dataset.kind = kind;
+  setText(badge, { all: 'all runs', missing: 'no such run' }[kind] ?? kind);
 }
 
 /** Whether the selected run does not exist: the server has no detail for it and the page holds none of its events. */
@@ -172,9 +154,10 @@ function renderRunAlert() {
   } else if (runMissing()) {
     text = `Run ${run} does not exist: the server has no events, no stored events and no saved simulation with that id. Pick a run in the Run menu.`;
   }
-  alert.hidden = !text;
-  alert.textContent = text;
-  alert.dataset.reason = state.loadFailure ? 'load-failed' : text ? 'missing' : '';
+  setHidden(alert, !text);
+  setText(alert, text);
+  const reason = state.loadFailure ? 'load-failed' : text ? 'missing' : '';
+  if (alert.dataset.reason !== reason) alert.dataset.reason = reason;
 }
 
 function runKind(id) {
@@ -244,7 +227,7 @@ async function loadSinks() {
     const list = Array.isArray(answer.sinks) ? answer.sinks : [];
     const down = list.filter((s) => s.up === false);
     const saturated = list.filter((s) => s.up !== false && s.saturated === true);
-    alert.hidden = down.length + saturated.length === 0;
+    setHidden(alert, down.length + saturated.length === 0);
     const lines = down.map((s) => {
       const line = document.createElement('p');
       line.dataset.sink = s.name;
@@ -260,7 +243,8 @@ async function loadSinks() {
         (s.durable ? ' Ingest is refused with 503 until it catches up.' : '');
       return line;
     }));
-    alert.replaceChildren(...lines);
+    const same = alert.children.length === lines.length && lines.every((line, i) => alert.children[i].textContent === line.textContent);
+    if (!same) alert.replaceChildren(...lines);
   } catch (error) {
     // /api/sinks unreachable: the connection state already says so.
   }
@@ -280,10 +264,13 @@ async function loadAggregates() {
     if (run !== (state.run === '' ? null : state.run)) return;
     state.placements = Array.isArray(placements.placements) ? placements.placements : [];
     state.totals = placements.totals && typeof placements.totals === 'object' ? placements.totals : null;
+    state.cut = cutOf(placements);
     state.runMissing = detail === MISSING;
     state.runDetail = detail === MISSING ? null : detail;
     state.error = null;
+    state.aggregatesFailure = null;
   } catch (error) {
+    state.aggregatesFailure = failureOf(error);
     note(error);
   }
 }
@@ -374,12 +361,17 @@ async function reloadAfterRestart() {
 }
 
 let latestSeq = null;
-function setLatestSeq(seq) {
+/** Notes the latest seq; the footer line says it on the next redraw (`footer`: now). */
+function setLatestSeq(seq, { footer = false } = {}) {
   if (Number.isFinite(seq) && (latestSeq === null || seq > latestSeq)) latestSeq = seq;
-  document.body.dataset.latestSeq = latestSeq ?? '';
+  if (document.body.dataset.latestSeq !== String(latestSeq ?? '')) document.body.dataset.latestSeq = latestSeq ?? '';
+  if (footer) renderFooter();
+}
+
+function renderFooter() {
   const stale = state.offlineSince !== null ? ` · stale since ${fmt.clock(new Date(state.offlineSince).toISOString())}` : '';
   const paused = state.paused ? ' · paused' : '';
-  $('#footer-seq').textContent = `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`;
+  setText($('#footer-seq'), `latest seq ${latestSeq === null ? '–' : fmt.count(latestSeq)} · ${fmt.count(state.buffer.events.length)} events of this run in page (max ${fmt.count(state.buffer.capacity)})${paused}${stale}`);
 }
 
 function note(error) {
@@ -411,14 +403,14 @@ function updateOffline() {
   const banner = $('#offline-banner');
   const since = state.offlineSince;
   const down = since !== null && Date.now() - since > 2000;
-  banner.hidden = !down;
+  setHidden(banner, !down);
   document.body.classList.toggle('is-stale', down);
   if (down) {
     const seconds = Math.round((Date.now() - since) / 1000);
-    banner.textContent = `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
-      'Every panel shows data as of then; it updates by itself once the server answers again.';
+    setText(banner, `Offline: no connection to the server for ${seconds} s (since ${fmt.clock(new Date(since).toISOString())}). ` +
+      'Every panel shows data as of then; it updates by itself once the server answers again.');
   }
-  setLatestSeq(latestSeq);
+  renderFooter();
 }
 
 const stream = new api.LiveStream({
@@ -459,6 +451,8 @@ const stream = new api.LiveStream({
   },
 });
 
+/** The placements table and the KPIs are asked again at most every 2 s while events arrive. */
+const AGGREGATES_INTERVAL = 2000;
 let aggregateTimer = null;
 function scheduleAggregates(includeRuns) {
   if (includeRuns) state.runsStale = true;
@@ -473,17 +467,21 @@ function scheduleAggregates(includeRuns) {
     }
     await Promise.all(jobs);
     scheduleRender();
-  }, 1000);
+  }, AGGREGATES_INTERVAL);
 }
 
 // ---------------------------------------------------------------- rendering
 
+/** Redraws at most twice a second: live data moves no faster than a reader follows it. */
+const RENDER_INTERVAL = 1000;
+/** What each panel last drew (a key of its data), so that an unchanged panel is not drawn again. */
+const drawn = { strategies: undefined, placements: null, waterfall: null, histogram: null };
 let renderQueued = false;
 let lastRender = 0;
 function scheduleRender() {
   if (renderQueued) return;
   renderQueued = true;
-  const wait = Math.max(0, 250 - (performance.now() - lastRender));
+  const wait = Math.max(0, RENDER_INTERVAL - (performance.now() - lastRender));
   setTimeout(() => requestAnimationFrame(() => { renderQueued = false; lastRender = performance.now(); render(); }), wait);
 }
 
@@ -509,8 +507,17 @@ let queryToken = 0;
 /** Asks the server again, at most once a second, and not while paused (Resume asks). */
 function scheduleQuery() {
   if (!queryMode() || state.paused || queryTimer) return;
-  const wait = Math.max(0, 1000 - (performance.now() - queryAt));
-  queryTimer = setTimeout(() => { queryTimer = null; if (!state.paused) runQuery().catch(note); }, wait);
+  // A refused filter (400, 413, 414, ...) is not sent again until it changes; a busy or unreachable
+  // server (429, 503, no answer) is asked again, at most every 5 s.
+  const failure = state.query?.failure;
+  if (failure && failure.refused && state.query.key === JSON.stringify(queryParams())) return;
+  const wait = Math.max(0, (failure ? 5000 : 1000) - (performance.now() - queryAt));
+  queryTimer = setTimeout(() => {
+    queryTimer = null;
+    // Refused while this one waited: not sent again.
+    const refused = state.query?.failure?.refused && state.query.key === JSON.stringify(queryParams());
+    if (!state.paused && !refused) runQuery().catch(note);
+  }, wait);
 }
 
 /**
@@ -533,25 +540,53 @@ async function runQuery({ render: draw = true, force = false } = {}) {
     state.query = {
       events: Array.isArray(page.events) ? page.events.filter((e) => e && Number.isFinite(e.seq)) : [], answer, key,
       placements: Array.isArray(table.placements) ? table.placements : [],
+      cut: cutOf(table),
     };
     setLatestSeq(answer.latestSeq);
     showFilterError(null);
   } catch (error) {
     if (token !== queryToken) return;
-    if (error.status === 400) {
-      state.query = { events: [], answer: null, key, error: error.serverMessage || error.message };
-      showFilterError(error.serverMessage || error.message);
-    } else {
-      note(error);
-    }
+    const failure = failureOf(error);
+    state.query = { events: [], answer: null, placements: [], key, failure };
+    showFilterError(failure.refused ? failure.message : null);
+    note(error);
   }
   if (draw) render({ force });
+}
+
+/** What an answer read when the server's bound cut it (its `coverage`, when `counts.windowFull`), or null. */
+function cutOf(answer) {
+  if (!answer?.counts?.windowFull) return null;
+  return answer.coverage && typeof answer.coverage === 'object' ? answer.coverage : {};
+}
+
+/**
+ * A range (or the run) cut by the server's bound is said in the panels whose numbers it cuts: the
+ * placements table, and with a filter the histogram.
+ */
+function renderCutNotes() {
+  const cut = queryMode() ? state.query?.cut ?? null : state.cut ?? null;
+  const whole = state.filters.range ? 'the whole time range' : 'the whole run';
+  const text = cut ? `Cut by the server's bound: these numbers count the newest ${fmt.count(cut.events ?? 0)} events of the run` +
+    `${cut.from ? ` (from ${fmt.clock(cut.from).slice(0, 8)})` : ''}, not ${whole}; older calls are left out.` : '';
+  for (const node of document.querySelectorAll('#placements .cut-note, #histogram .cut-note')) {
+    const shown = Boolean(cut) && (queryMode() || node.closest('#placements') !== null);
+    setHidden(node, !shown);
+    setText(node, shown ? text : '');
+  }
+}
+
+/** The failure to show in the call panels instead of their data, or null. */
+function panelFailure() {
+  if (queryMode()) return state.query?.failure ?? null;
+  return state.aggregatesFailure ?? null;
 }
 
 function showFilterError(message) {
   const node = $('#filter-error');
   node.hidden = !message;
   node.textContent = message ? `The server refused the filters: ${message}` : '';
+  syncTitles();
 }
 
 /** A filter control changed: new URL entry, then the server's answer for the new filters. */
@@ -596,44 +631,14 @@ function renderFilterStatus() {
  */
 function openBin(bin) {
   state.bin = { lo: bin.lo, hi: bin.hi, last: bin.last, samples: bin.samples.slice(), at: new Date().toISOString() };
-  renderBin();
+  bins.renderBin($('#bin-calls'), state.bin, selectTrace);
   markListedRange($('#histogram-chart svg.histogram'), state.bin);
 }
 
 function closeBin() {
   state.bin = null;
-  renderBin();
+  bins.renderBin($('#bin-calls'), state.bin, selectTrace);
   markListedRange($('#histogram-chart svg.histogram'), null);
-}
-
-const BIN_ROWS = 200;
-function renderBin() {
-  const panel = $('#bin-calls');
-  const list = panel.querySelector('ul');
-  clear(list);
-  const note = $('#bin-calls-note');
-  if (!state.bin) { panel.hidden = true; delete panel.dataset.lo; delete panel.dataset.hi; note.textContent = ''; return; }
-  const b = state.bin;
-  panel.hidden = false;
-  panel.dataset.lo = b.lo;
-  if (b.last) delete panel.dataset.hi; else panel.dataset.hi = b.hi;
-  const range = b.last ? `${fmt.duration(b.lo)} or longer` : `${fmt.duration(b.lo)} to ${fmt.duration(b.hi)}`;
-  $('#bin-calls-title').textContent = `${fmt.count(b.samples.length)} call${b.samples.length === 1 ? '' : 's'} of ${range}`;
-  note.textContent = `Calls ${b.last ? `of ${fmt.duration(b.lo)} or longer` : `from ${fmt.duration(b.lo)} to under ${fmt.duration(b.hi)}`}` +
-    ` as counted at ${fmt.clock(b.at).slice(0, 8)}; the chart keeps this range highlighted as new calls rescale it.`;
-  const sorted = b.samples.slice().sort((x, y) => y.duration - x.duration);
-  for (const sample of sorted.slice(0, BIN_ROWS)) {
-    const li = el('li');
-    const button = el('button', 'bin-call', null, { type: 'button', 'data-trace': sample.trace ?? '', 'data-duration': sample.duration });
-    button.appendChild(el('span', 'mono bin-call-placement', sample.placement ?? '—'));
-    button.appendChild(el('span', `bin-call-source ${sample.source === 'error' ? 'bad' : ''}`, sample.source ?? ''));
-    button.appendChild(el('span', 'num bin-call-duration', fmt.duration(sample.duration)));
-    button.appendChild(el('span', 'mono muted bin-call-trace', (sample.trace ?? '').slice(0, 12)));
-    button.addEventListener('click', () => { if (sample.trace) selectTrace(sample.trace); });
-    li.appendChild(button);
-    list.appendChild(li);
-  }
-  if (sorted.length > BIN_ROWS) list.appendChild(el('li', 'muted', `and ${fmt.count(sorted.length - BIN_ROWS)} more`));
 }
 
 /** Samples for the histogram: the server's durations of the matching calls, or the page's fetch.end events. */
@@ -675,9 +680,10 @@ function waterfallAxis() {
  */
 function updateZoomControls() {
   const axis = waterfallAxis();
-  $('#wf-zoom-in').disabled = !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12;
-  $('#wf-zoom-out').disabled = !axis || !state.zoom;
-  $('#wf-reset-zoom').disabled = !state.zoom;
+  const disable = (button, off) => { if (button.disabled !== off) button.disabled = off; };
+  disable($('#wf-zoom-in'), !axis || axis.max - axis.min <= MIN_ZOOM_SPAN + 1e-12);
+  disable($('#wf-zoom-out'), !axis || !state.zoom);
+  disable($('#wf-reset-zoom'), !state.zoom);
 }
 
 /**
@@ -701,30 +707,43 @@ function zoomBy(factor) {
  * and seq), so a redraw never sends the focus back to the page.
  */
 function render({ force = false } = {}) {
-  setLatestSeq(latestSeq);
+  renderFooter();
   if (state.paused && !force) return;
   const events = viewEvents();
   const missing = runMissing();
   const nothing = !missing && state.loaded && state.buffer.events.length === 0 && state.placements.length === 0
     && !hasStrategies(state.runDetail) && !state.runs.some((r) => r.events > 0 || r.kind === 'simulation');
-  $('#empty-state').hidden = !nothing;
+  setHidden($('#empty-state'), !nothing);
   document.body.classList.toggle('is-empty', nothing);
   renderBadge();
   renderRunAlert();
 
-  renderStrategies($('#strategies'), state.runDetail);
+  // Each panel is drawn again only when what it shows changed.
+  if (drawn.strategies !== state.runDetail) {
+    drawn.strategies = state.runDetail;
+    renderStrategies($('#strategies'), state.runDetail);
+  }
   // With a filter, the placements of the matching calls (their counts are calls, a preload's too).
-  renderPlacements($('#placements'), queryMode() ? state.query?.placements ?? [] : state.placements, { calls: queryMode() });
+  const rows = queryMode() ? state.query?.placements ?? [] : state.placements;
+  const failure = panelFailure();
+  const placementsKey = JSON.stringify([rows, queryMode(), failure]);
+  if (drawn.placements !== placementsKey) {
+    drawn.placements = placementsKey;
+    renderPlacements($('#placements'), rows, { calls: queryMode() });
+    showFailure($('#placements .panel-empty'), failure);
+  }
   // A saved simulation has no events (no calls): its strategies are the whole story, and the
   // call panels, the Calls filter bar and Pause (nothing there moves) would do nothing. A run that
   // does not exist has nothing to show either.
   const simulationOnly = hasStrategies(state.runDetail) && state.run !== '' && state.buffer.ofRun(state.run).length === 0;
-  for (const id of ['#summary', '#placements', '#waterfall', '.split', '#filters']) $(id).hidden = simulationOnly || missing;
-  $('#pause').hidden = simulationOnly;
-  document.body.dataset.view = missing ? 'missing' : simulationOnly ? 'simulation' : 'calls';
+  for (const id of ['#summary', '#placements', '#waterfall', '.split', '#filters']) setHidden($(id), simulationOnly || missing);
+  setHidden($('#pause'), simulationOnly);
+  const view = missing ? 'missing' : simulationOnly ? 'simulation' : 'calls';
+  if (document.body.dataset.view !== view) document.body.dataset.view = view;
   renderKpis(events);
 
   renderFilterStatus();
+  renderCutNotes();
   // Forced (a user's change of run, filter or pause): redrawn even under the pointer.
   renderWaterfallNow({ force });
   renderDetail();
@@ -733,9 +752,11 @@ function render({ force = false } = {}) {
   updateFilterOptions();
   // While the user reads older rows (scrolled down) or points at one, the tail holds still; back at the
   // top it follows again.
-  const held = $('.tail-wrap').scrollTop > 4 || state.pointerOn.has('tail');
-  if (!held) renderTailNow();
-  $('#tail-held').hidden = !held;
+  const tailHeld = $('.tail-wrap').scrollTop > 4 || hold.held('tail');
+  if (!tailHeld) renderTailNow();
+  setHidden($('#tail-held'), !tailHeld);
+  if (tailHeld) setText($('#tail-held'), hold.held('tail') ? hold.heldNote('tail') : '· held while you read it');
+  syncTitles();
 }
 
 /**
@@ -743,19 +764,29 @@ function render({ force = false } = {}) {
  * does, so that a bar is not redrawn between the press and the release of a click) and nothing forces it.
  */
 function renderHistogramNow(events, { force = false } = {}) {
-  if (!force && state.pointerOn.has('histogram') && $('#histogram-chart g.bin')) return;
+  const histogramHeld = !force && hold.held('histogram') && $('#histogram-chart g.bin');
+  setHidden($('#histogram-held'), !histogramHeld);
+  if (histogramHeld) { setText($('#histogram-held'), hold.heldNote('histogram')); return; }
   const samples = histogramSamples(events);
+  const first = samples[0];
+  const last = samples[samples.length - 1];
+  const failure = panelFailure();
+  const key = JSON.stringify([samples.length, first?.trace, first?.duration, last?.trace, last?.duration, $('#histogram-chart').clientWidth,
+    state.bin && [state.bin.lo, state.bin.hi, state.bin.last], queryMode(), failure?.text]);
+  if (!force && drawn.histogram === key) return;
+  drawn.histogram = key;
   const focusedBin = document.activeElement?.closest?.('#histogram-chart g.bin')?.dataset.index;
   const h = renderHistogram($('#histogram-chart'), samples, {
     onBin: openBin, current: focusedBin !== undefined ? Number(focusedBin) : undefined, listed: state.bin,
     axisTitle: queryMode() ? 'call duration (fetches and preloads)' : 'fetch.end duration',
   });
   if (focusedBin !== undefined) $('#histogram-chart g.bin[tabindex="0"]')?.focus({ preventScroll: true });
-  $('#histogram .panel-empty').hidden = samples.length > 0;
-  $('#histogram .panel-empty').textContent = queryMode() ? 'No finished call matches these filters.' : 'No fetch.end events in this run yet.';
-  $('#histogram-note').textContent = !samples.length ? ''
+  setHidden($('#histogram .panel-empty'), samples.length > 0);
+  setText($('#histogram .panel-empty'), queryMode() ? 'No finished call matches these filters.' : 'No fetch.end events in this run yet.');
+  showFailure($('#histogram .panel-empty'), failure);
+  setText($('#histogram-note'), !samples.length ? ''
     : queryMode() ? `${fmt.count(h.count)} matching calls · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`
-      : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`;
+      : `${fmt.count(h.count)} calls in page · p50 ${fmt.duration(h.p50)} · p95 ${fmt.duration(h.p95)} · click a bar for its calls`);
 }
 
 /** Draws the waterfall, unless the pointer is on it (then it holds still) and nothing forces it. */
@@ -764,10 +795,18 @@ function renderWaterfallNow({ force = false } = {}) {
   const nowT = events.length ? events[events.length - 1].t : null;
   const wf = $('#waterfall');
   const chart = $('#waterfall-chart');
-  const wfHeld = !force && state.pointerOn.has('waterfall') && chart.querySelector('g.wf-call');
-  $('#waterfall-held').hidden = !wfHeld;
+  const wfHeld = !force && hold.held('waterfall') && chart.querySelector('g.wf-call');
+  setHidden($('#waterfall-held'), !wfHeld);
+  if (wfHeld) setText($('#waterfall-held'), hold.heldNote('waterfall'));
   if (wfHeld) { markSelected(); return; }
   const calls = groupCalls(events, WATERFALL_CALLS, nowT);
+  // Drawn again only when a call, the width, the zoom, the open call or the failure changed.
+  const open = calls.some((c) => c.endT === null || c.endT === undefined);
+  const failure = panelFailure();
+  const key = JSON.stringify([calls.map((c) => `${c.trace}:${c.lastSeq}`), open ? nowT : null, chart.clientWidth, state.zoom,
+    state.selected?.trace ?? null, queryMode(), failure?.text]);
+  if (!force && drawn.waterfall === key) return;
+  drawn.waterfall = key;
   const focused = document.activeElement?.closest?.('#waterfall-chart g.wf-call')?.dataset.trace;
   const root = renderWaterfall(chart, calls, {
     onSelect: selectTrace, onCurrent: (trace) => { state.wfCurrent = trace; },
@@ -775,13 +814,14 @@ function renderWaterfallNow({ force = false } = {}) {
   });
   if (focused !== undefined) chart.querySelector('g.wf-call[tabindex="0"]')?.focus({ preventScroll: true });
   const empty = wf.querySelector(':scope > .panel-empty');
-  empty.hidden = calls.length > 0;
-  empty.textContent = queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.';
+  setHidden(empty, calls.length > 0);
+  setText(empty, queryMode() ? 'No call matches these filters.' : 'No calls in this run yet.');
+  showFailure(empty, failure);
   updateZoomControls();
   const cut = Number(root?.dataset.cut ?? 0);
   const how = 'drag on the axis or press + / − to zoom';
-  $('#waterfall-note').textContent = state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
-    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · ${how}` : how;
+  setText($('#waterfall-note'), state.zoom ? `zoomed to ${fmt.duration(state.zoom[0])} – ${fmt.duration(state.zoom[1])} · − zooms out`
+    : cut ? `axis fits the calls: ${cut} longer one${cut === 1 ? '' : 's'} cut (») · ${how}` : how);
 }
 
 /** The selected class on waterfall rows, without redrawing them. */
@@ -851,73 +891,12 @@ function closeCall() {
   row?.focus({ preventScroll: true });
 }
 
-/** The KPIs of the matching calls, from the server's stats. */
-function renderQueryKpis(events) {
-  const answer = state.query?.answer;
-  const stats = answer?.stats ?? {};
-  const matched = answer?.counts?.matched ?? null;
-  const sources = stats.sources ?? {};
-  const ok = Object.values(sources).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
-  const network = sources.network ?? 0;
-  // The read model's numbers (docs/events-and-metrics.md, "Numbers"): the same as without a filter.
-  const fetches = Number.isFinite(stats.fetches) ? stats.fetches : 0;
-  const samples = Number.isFinite(stats.samples) ? stats.samples : 0;
-  setKpi('fetches', fmt.count(fetches), matched !== null ? `of ${fmt.count(matched)} matching calls` : 'matching calls');
-  setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(stats.p50), samples ? `${fmt.count(samples)} matching fetches` : '');
-  setKpi('p95', fmt.duration(stats.p95), samples ? `${fmt.count(samples)} matching fetches` : '', stats.p95 >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(stats.timeouts), fetches ? `${(stats.timeouts / fetches).toFixed(2)} per fetch` : '', stats.timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(stats.targetingLost), fetches ? `${fmt.percent(stats.targetingLost, fetches)} of fetches` : '', stats.targetingLost ? 'warn' : '');
-  setKpi('errors', fmt.count(stats.errors), 'fetch + preload', stats.errors ? 'bad' : '');
-  const minuteAgo = Date.now() - 60000;
-  const recent = events.filter((e) => new Date(e.ts).getTime() >= minuteAgo).length;
-  // The page holds the newest PAGE events of the matching calls: when all are from the last minute, at least that many.
-  setKpi('rate', `${events.length >= PAGE && recent === events.length ? '≥ ' : ''}${fmt.count(recent)}`, 'of the matching calls');
-}
-
 function renderKpis(events) {
-  if (queryMode()) { renderQueryKpis(events); return; }
-  // The read model's totals over the run's calls (GET /api/placements): the same numbers a filter
-  // that excludes nothing gives (docs/events-and-metrics.md, "Numbers").
-  const t = state.totals ?? {};
-  const n = (v) => (Number.isFinite(v) ? v : 0);
-  const fetches = n(t.fetches);
-  const sources = t.sources ?? {};
-  const ok = Object.values(sources).reduce((a, b) => a + n(b), 0);
-  const network = n(sources.network);
-  const samples = n(t.samples);
-  const ps = state.placements;
-  setKpi('fetches', fmt.count(fetches), `${fmt.count(ps.length)} placement${ps.length === 1 ? '' : 's'}`);
-  setKpi('network', fmt.percent(network, ok), ok ? `${fmt.count(network)} of ${fmt.count(ok)} served` : '');
-  setKpi('p50', fmt.duration(t.p50), samples ? `${fmt.count(samples)} fetches` : '');
-  setKpi('p95', fmt.duration(t.p95), samples ? `${fmt.count(samples)} fetches` : '', t.p95 >= 4 ? 'warn' : '');
-  setKpi('timeouts', fmt.count(n(t.timeouts)), fetches ? `${(n(t.timeouts) / fetches).toFixed(2)} per fetch` : '', t.timeouts ? 'warn' : '');
-  setKpi('targetingLost', fmt.count(n(t.targetingLost)), fetches ? `${fmt.percent(n(t.targetingLost), fetches)} of fetches` : '', t.targetingLost ? 'warn' : '');
-  setKpi('errors', fmt.count(n(t.errors)), 'fetch + preload', t.errors ? 'bad' : '');
-  const summary = state.runDetail?.run ?? null;
-  // Events of the last minute; when the page holds less than that minute (a capped page or a full
-  // buffer), the rate over the stretch it holds.
-  const now = Date.now();
-  let recent = 0;
-  let oldest = null;
-  let coversMinute = false;
-  for (let i = events.length - 1; i >= 0; i -= 1) {
-    const ts = new Date(events[i].ts).getTime();
-    if (ts < now - 60000) { coversMinute = true; break; }
-    recent += 1;
-    oldest = ts;
-  }
-  const partial = !coversMinute && oldest !== null && (state.pageLimited || state.buffer.events.length >= state.buffer.capacity);
-  if (partial) recent = Math.round((recent * 60000) / Math.max(now - oldest, 1000));
-  const total = summary?.events ?? (state.run === '' ? state.runs.reduce((s, r) => s + (r.events ?? 0), 0) : null);
-  setKpi('rate', fmt.count(recent), total !== null ? `${fmt.count(total)} events total` : '');
-}
-
-function setKpi(key, value, sub, tone = '') {
-  const node = document.querySelector(`.kpi[data-kpi="${key}"]`);
-  node.querySelector('.kpi-value').textContent = value;
-  node.querySelector('.kpi-sub').textContent = sub;
-  node.dataset.tone = tone;
+  if (queryMode()) { kpis.renderQueryKpis(state.query, events, PAGE); return; }
+  kpis.renderRunKpis({
+    totals: state.totals, placements: state.placements, runDetail: state.runDetail, run: state.run, runs: state.runs, events,
+    capped: state.pageLimited || state.buffer.events.length >= state.buffer.capacity,
+  });
 }
 
 function tailFilters() {
@@ -940,6 +919,8 @@ function renderTailNow() {
     current: focused !== undefined ? Number(focused) : state.tailCurrent,
   });
   if (focused !== undefined) tbody.querySelector('tr[tabindex="0"]')?.focus({ preventScroll: true });
+  const empty = $('#tail .panel-empty');
+  if (!showFailure(empty, ownRun ? panelFailure() : null)) empty.textContent = 'No events match these filters.';
 }
 
 function updateFilterOptions() {
@@ -959,6 +940,8 @@ function wire() {
   setOptions($('#filter-name'), EVENT_NAMES);
   $('#run-select').addEventListener('change', (event) => selectRun(event.target.value));
   for (const [id] of filters.FIELDS) $(`#${id}`).addEventListener('change', onFilterChange);
+  // From … to …: its two inputs show while it is chosen.
+  $('#f-range').addEventListener('change', () => { $('#f-custom').hidden = $('#f-range').value !== 'custom'; });
   $('#filter-form').addEventListener('submit', (event) => { event.preventDefault(); onFilterChange(); });
   $('#f-clear').addEventListener('click', () => { filters.writeControls({}); onFilterChange(); });
   // The zoom buttons act as + , − and 0 on a row. A button that its own press disables (Zoom out back
@@ -1003,12 +986,11 @@ function wire() {
     else if (queryTimer) { clearTimeout(queryTimer); queryTimer = null; }
   });
   $('.tail-wrap').addEventListener('scroll', () => {
-    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !state.pointerOn.has('tail')) scheduleRender();
+    if ($('.tail-wrap').scrollTop <= 4 && !$('#tail-held').hidden && !hold.held('tail')) scheduleRender();
   });
   // The panel under the pointer holds still, so the row the user is about to click stays where it is.
   for (const [key, selector] of [['waterfall', '#waterfall-chart'], ['histogram', '#histogram-chart'], ['tail', '.tail-wrap']]) {
-    $(selector).addEventListener('pointerenter', () => { state.pointerOn.add(key); });
-    $(selector).addEventListener('pointerleave', () => { state.pointerOn.delete(key); scheduleRender(); });
+    hold.wire(key, $(selector), $(`#${key}-held`), scheduleRender);
   }
   $('#trace-detail-close').addEventListener('click', closeCall);
   testRuns = createTestRuns($('#test-runs'), { onPick: (id) => { selectRun(id).catch(note); } });
@@ -1082,6 +1064,7 @@ function showError(error) {
   const banner = $('#app-error');
   banner.hidden = false;
   banner.textContent = `Dashboard error: ${error && error.message ? error.message : String(error)}`;
+  banner.title = banner.textContent;
 }
 window.addEventListener('error', (event) => showError(event.error ?? event.message));
 window.addEventListener('unhandledrejection', (event) => showError(event.reason));

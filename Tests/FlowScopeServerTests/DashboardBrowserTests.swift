@@ -352,8 +352,9 @@ final class DashboardStack {
     /// With `archive` (a sink that is also an event store, as the sqlite sink), the API reads the
     /// runs memory does not hold from it, as `flowscope serve` does.
     /// `policy`: another access policy than 127.0.0.1's (the off-loopback one, for the browser login).
+    /// `limits`: the API's (a small `queryWindow` cuts a run's answers with a few events).
     init(extraSinks: [any EventSink] = [], archive: (any EventSink & EventStore)? = nil, simulations: SimulationRuns = .none,
-         port: Int = 0, policy: AccessPolicy? = nil) throws {
+         port: Int = 0, policy: AccessPolicy? = nil, limits: DashboardAPI.Limits = DashboardAPI.Limits()) throws {
         let metrics = try MetricsSink(version: "test")
         let memory = MemorySink()
         let pipeline = EventPipeline(run: "live", sinks: [metrics, memory] + extraSinks + (archive.map { [$0] } ?? []))
@@ -362,7 +363,8 @@ final class DashboardStack {
         let web = try StaticFiles(root: Self.webRoot)
         fixture = try ServerFixture(port: port, policy: policy) { router in
             router = DashboardAPI.router(pipeline: pipeline, metrics: metrics, store: store, sinks: SinkStatus(stats: pipeline.stats), hub: hub,
-                                         web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000))
+                                         web: web, simulations: simulations, ingestLimiter: RateLimiter(ratePerSecond: 1000, burst: 1000),
+                                         limits: limits)
         }
         self.pipeline = pipeline
         self.memory = memory
@@ -675,7 +677,14 @@ final class DevToolsBrowser {
         removeDirectory(profile)
     }
 
-    private func command(_ method: String, _ params: [String: JSONValue], timeout: Double = 20) throws -> JSONValue {
+    /// Sets the viewport's size in CSS pixels (`Emulation.setDeviceMetricsOverride`), as a window of that size.
+    func setViewport(width: Int, height: Int) throws {
+        _ = try command("Emulation.setDeviceMetricsOverride", ["width": .number(Double(width)), "height": .number(Double(height)),
+                                                              "deviceScaleFactor": 1, "mobile": false])
+    }
+
+    /// Sends a DevTools command to the page (its `result`).
+    func command(_ method: String, _ params: [String: JSONValue], timeout: Double = 20) throws -> JSONValue {
         nextID += 1
         var message: [String: JSONValue] = ["id": .number(Double(nextID)), "method": .string(method), "params": .object(params)]
         if let session, !method.hasPrefix("Target.") { message["sessionId"] = .string(session) }

@@ -15,7 +15,12 @@ export const FIELDS = [
   ['f-max', 'maxDuration', 'maxDuration'],
   ['f-trace', 'trace', 'trace'],
   ['f-q', 'q', 'q'],
+  ['f-from', 'from', 'from'],
+  ['f-to', 'to', 'to'],
 ];
+
+/** The custom range's keys: read only while the Time control says `custom`. */
+const CUSTOM = new Set(['from', 'to']);
 
 /** Time ranges of the Time control: relative to now, or the selected run's first to last event. */
 export const RANGES = { '5m': { from: '-5m' }, '1h': { from: '-1h' } };
@@ -27,6 +32,7 @@ export function readControls(doc = document) {
     const v = doc.getElementById(id)?.value.trim() ?? '';
     if (v) values[key] = v;
   }
+  if (values.range !== 'custom') for (const key of CUSTOM) delete values[key];
   return values;
 }
 
@@ -39,6 +45,8 @@ export function writeControls(values, doc = document) {
     if (control.tagName === 'SELECT' && v && ![...control.options].some((o) => o.value === v)) control.add(new Option(v, v));
     control.value = v;
   }
+  const custom = doc.getElementById('f-custom');
+  if (custom) custom.hidden = values.range !== 'custom';
 }
 
 /** Whether any filter or time range is set. */
@@ -53,6 +61,7 @@ export function fromParams(q) {
     const v = q.get(key);
     if (v) values[key] = v;
   }
+  if (values.range !== 'custom') for (const key of CUSTOM) delete values[key];
   return values;
 }
 
@@ -76,6 +85,7 @@ export function apiParams(values, run, summary) {
 
 /** A short text of the filters set: "source cache · last 5 min". */
 export function describe(values) {
-  const ranges = { '5m': 'last 5 min', '1h': 'last 1 h', span: "the run's span" };
-  return FIELDS.filter(([, key]) => values[key]).map(([, key]) => (key === 'range' ? ranges[values.range] ?? values.range : `${key} ${values[key]}`)).join(' · ');
+  const ranges = { '5m': 'last 5 min', '1h': 'last 1 h', span: "the run's span", custom: 'from … to …' };
+  return FIELDS.filter(([, key]) => values[key] && !(key === 'range' && values.range === 'custom' && (values.from || values.to)))
+    .map(([, key]) => (key === 'range' ? ranges[values.range] ?? values.range : `${key} ${values[key]}`)).join(' · ');
 }

@@ -80,14 +80,15 @@ export function renderPlacements(section, placements, { calls = false } = {}) {
   for (const p of list) {
     const tr = el('tr', null, null, { 'data-placement': p.placement });
     const name = el('th', 'placement-name', null, { scope: 'row' });
-    name.appendChild(el('span', 'mono', p.placement));
+    name.appendChild(el('span', 'mono clip', p.placement, { title: p.placement }));
     tr.appendChild(name);
     tr.appendChild(el('td', 'num count', fmt.count(count(p))));
     const barCell = el('td', 'bar-col');
     const wrap = el('div', 'bar-cell');
     wrap.appendChild(sourceBar(p.sources, p.fetches));
     const top = topSource(p.sources);
-    wrap.appendChild(el('span', 'bar-note', top ? `${top[0]} ${fmt.percent(top[1], sumOf(p.sources))}` : '–'));
+    const topText = top ? `${top[0]} ${fmt.percent(top[1], sumOf(p.sources))}` : '–';
+    wrap.appendChild(el('span', 'bar-note', topText, { title: topText }));
     barCell.appendChild(wrap);
     tr.appendChild(barCell);
     const d = p.duration || {};

@@ -44,3 +44,14 @@ export function ticks(max, target = 5) {
   for (let v = 0; v <= max + step * 0.999; v += step) out.push(Number(v.toPrecision(12)));
   return out;
 }
+
+/** Sets a node's text only when it changed: an unchanged write would still cost a style and layout pass. */
+export function setText(node, text) {
+  const value = String(text ?? '');
+  if (node.textContent !== value) node.textContent = value;
+}
+
+/** Sets `hidden` only when it changed. */
+export function setHidden(node, hidden) {
+  if (node.hidden !== Boolean(hidden)) node.hidden = Boolean(hidden);
+}

@@ -46,13 +46,13 @@ export function createTestRuns(section, { onPick }) {
   function renderInvocation(inv) {
     const details = el('details', 'invocation', null, { 'data-invocation': inv.id });
     const summary = el('summary', 'invocation-summary');
-    summary.appendChild(el('span', 'invocation-id cut', inv.id, { title: inv.id }));
+    summary.appendChild(el('span', 'invocation-id clip', inv.id, { title: inv.id }));
     summary.appendChild(el('span', `count ${inv.failed ? 'count-failed' : ''}`, `${fmt.count(inv.failed)} failed`));
     summary.appendChild(el('span', 'count', `${fmt.count(inv.passed)} passed`));
     if (inv.skipped) summary.appendChild(el('span', 'count', `${fmt.count(inv.skipped)} skipped`));
     if (inv.running) summary.appendChild(el('span', 'count', `${fmt.count(inv.running)} running`));
     const where = [inv.host, inv.revision ? inv.revision.slice(0, 8) : null, inv.start ? fmt.ago(inv.start) : null].filter(Boolean).join(' · ');
-    summary.appendChild(el('span', 'invocation-where cut', where, { title: where }));
+    summary.appendChild(el('span', 'invocation-where clip', where, { title: where }));
     details.appendChild(summary);
     const tests = el('ol', 'tests');
     details.appendChild(tests);
@@ -89,10 +89,10 @@ export function createTestRuns(section, { onPick }) {
     const item = el('li', 'test', null, { 'data-status': run.status ?? '', 'data-run': run.id });
     const button = el('button', 'test-pick', null, { type: 'button', title: `Open run ${run.id}` });
     button.appendChild(el('span', 'status-badge', STATUS_TEXT[run.status] ?? run.status ?? '', { 'data-status': run.status ?? '' }));
-    button.appendChild(el('span', 'test-name cut', run.test ?? run.id, { title: run.test ?? run.id }));
+    button.appendChild(el('span', 'test-name clip', run.test ?? run.id, { title: run.test ?? run.id }));
     button.appendChild(el('span', 'test-duration', Number.isFinite(run.duration) ? fmt.duration(run.duration) : ''));
     const failure = (run.failures ?? [])[0];
-    if (failure) button.appendChild(el('span', 'test-failure cut', failure, { title: (run.failures ?? []).join('\n') }));
+    if (failure) button.appendChild(el('span', 'test-failure clip', failure, { title: (run.failures ?? []).join('\n') }));
     button.addEventListener('click', () => onPick(run.id));
     item.appendChild(button);
     return item;

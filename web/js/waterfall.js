@@ -341,15 +341,19 @@ export function renderTraceDetail(panel, call) {
   panel.hidden = false;
   panel.dataset.trace = call.trace;
   const who = audienceLabel(call);
-  panel.querySelector('h3').textContent = `${call.call ?? 'call'} ${call.placement ?? (call.placements ?? []).join(', ')}${who ? ` · ${who}` : ''} · trace ${call.trace}`;
+  const title = `${call.call ?? 'call'} ${call.placement ?? (call.placements ?? []).join(', ')}${who ? ` · ${who}` : ''} · trace ${call.trace}`;
+  panel.querySelector('h3').textContent = title;
+  panel.querySelector('h3').title = title;
   if (chart) renderWaterfall(chart, [call], { fit: true });
   for (const e of call.events) {
     const tr = el('tr', `ev ${eventClass(e.name)}`);
+    // Every cell one line, cut with an ellipsis; the whole value is its title.
+    const attrs = fmt.attrs(e.attrs);
     tr.appendChild(el('td', 'num mono', Number.isFinite(e.t) ? `+${fmt.duration(e.t - call.startT)}` : ''));
-    tr.appendChild(el('td', 'mono ev-name', e.name));
-    tr.appendChild(el('td', 'mono', e.placement ?? ''));
-    tr.appendChild(el('td', 'mono muted', e.span ?? ''));
-    tr.appendChild(el('td', 'mono attrs', fmt.attrs(e.attrs)));
+    tr.appendChild(el('td', 'mono ev-name', e.name, { title: e.name }));
+    tr.appendChild(el('td', 'mono', e.placement ?? '', { title: e.placement ?? '' }));
+    tr.appendChild(el('td', 'mono muted', e.span ?? '', { title: e.span ?? '' }));
+    tr.appendChild(el('td', 'mono attrs', attrs, { title: attrs }));
     tbody.appendChild(tr);
   }
 }

@@ -1,0 +1,36 @@
+// The view in the URL's hash: run, open call, the filters and time range, the tail's filters and the
+// waterfall's zoom (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=`).
+import * as filters from './filters.js';
+
+/** The view a hash describes: {run, call, filters, zoom, event, tailRun} (null: not given). */
+export function viewFromHash(hash) {
+  const q = new URLSearchParams(hash.replace(/^#/, ''));
+  return {
+    run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), zoom: parseZoom(q.get('zoom')),
+    event: q.get('event') ?? '', tailRun: q.get('tailRun'),
+  };
+}
+
+/** `zoom=<from>-<to>` (seconds from the calls' starts) as [from, to]; null when absent or not a span. */
+export function parseZoom(text) {
+  const m = /^(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)$/.exec(text ?? '');
+  if (!m) return null;
+  const zoom = [Number(m[1]), Number(m[2])];
+  return zoom[1] > zoom[0] ? zoom : null;
+}
+
+function formatZoom(zoom) {
+  return zoom.map((v) => String(Number(v.toFixed(9)))).join('-');
+}
+
+/** The hash of a view ({run, call, filters, zoom, event, tailRun}; tailRun '@view': the selected run's). */
+export function viewHash({ run, call, filters: values, zoom, event, tailRun }) {
+  const q = new URLSearchParams();
+  q.set('run', run);
+  if (call) q.set('call', call);
+  filters.toParams(values, q);
+  if (zoom) q.set('zoom', formatZoom(zoom));
+  if (event) q.set('event', event);
+  if (tailRun !== '@view') q.set('tailRun', tailRun);
+  return `#${q.toString()}`;
+}
