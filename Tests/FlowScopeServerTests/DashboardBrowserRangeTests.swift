@@ -1,5 +1,6 @@
 import TestSupport
 import Foundation
+import FlowEvents
 import FlowJSON
 @testable import FlowScopeServer
 import Testing
@@ -16,22 +17,24 @@ struct DashboardBrowserRangeTests {
         guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
         var limits = DashboardAPI.Limits()
         limits.queryWindow = 200
+        limits.calls = CallCache.Limits(maxEvents: 200)
         let stack = try DashboardStack(limits: limits)
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         var calls: [JSONValue] = []
         for i in 0..<60 { calls += DemoCalls.call(run: "live", placement: "p_\(i % 4)", t: Double(100 + i), source: "network", duration: 0.1) }
         _ = try stack.ingest(calls)
         _ = try stack.ingest(DemoCalls.call(run: "test:small", placement: "checkout", t: 1, source: "network", duration: 0.1))
-        try stack.waitForFetches(placement: "p_3", count: 10) // of the newest 200 events
+        try stack.waitForFetches(placement: "p_3", count: 5) // of the newest events the bound keeps
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live")
         defer { browser.close() }
 
-        // No filter: the run (256 events) is cut at the newest 200; the placements panel says so.
+        // No filter: the run (256 events) is past the read model's bound of 200 events per run; the
+        // placements panel says so.
         let placementsNote = "document.querySelector('#placements .cut-note')"
         let histogramNote = "document.querySelector('#histogram .cut-note')"
         #expect(try browser.waitFor("!\(placementsNote).hidden"))
         let runText = try browser.evaluate("\(placementsNote).textContent").stringValue ?? ""
-        #expect(runText.contains("newest 200 events") && runText.contains("not the whole run"), "\(runText)")
+        #expect(runText.contains("count the newest ") && runText.contains("not the whole run"), "\(runText)")
         #expect(try browser.evaluate("\(histogramNote).hidden") == .bool(true), "the unfiltered histogram draws the page's own events")
 
         // From … to … chosen in the page: its inputs show, the range goes to the URL and the server.
