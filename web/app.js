@@ -11,6 +11,7 @@ import { el, clear, setText, setHidden } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
 import { createTestRuns } from './js/testruns.js';
+import { wireReproduce, resetReproduce } from './js/reproduce.js';
 import * as url from './js/url.js';
 import * as kpis from './js/kpis.js';
 import * as hold from './js/hold.js';
@@ -852,6 +853,7 @@ function renderDetail() {
 
 /** Opens the call of `trace` (null closes it): its events as loaded now, kept whole from here on. */
 function openCall(trace, { record = true } = {}) {
+  if (trace !== (state.selected?.trace ?? null)) resetReproduce($('#trace-detail'));
   if (!trace) {
     state.selected = null;
   } else {
@@ -993,6 +995,7 @@ function wire() {
     hold.wire(key, $(selector), $(`#${key}-held`), scheduleRender);
   }
   $('#trace-detail-close').addEventListener('click', closeCall);
+  wireReproduce($('#trace-detail'));
   testRuns = createTestRuns($('#test-runs'), { onPick: (id) => { selectRun(id).catch(note); } });
   $('#run-search').addEventListener('input', () => {
     clearTimeout(runSearchTimer);

@@ -1,6 +1,8 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import FlowScopeTesting
+import FlowSim
 import Foundation
 import SQLiteSink
 import TestSupport
@@ -104,5 +106,63 @@ struct DashboardBrowserTestRunsTests {
         try browser.click(x: point[0], y: point[1])
         #expect(try browser.waitFor("decodeURIComponent(location.hash).includes('run=test:inv-19:Suite.test7')"
                                     + " && document.querySelector('#run-kind').textContent === 'test'", timeout: 10))
+    }
+}
+
+/// "Reproduce as scenario" in the call detail, in headless Chromium.
+@Suite("Dashboard in a real browser: reproducing a call", .serialized)
+struct DashboardBrowserReproduceTests {
+    /// A traced test's events: a getFlow whose targeted request hangs and whose default audience answers.
+    static func recordedCall() async throws -> [Envelope] {
+        let scenario = try Scenario.decode("""
+            { name: "targeted hangs", profile: { id: "user-42" },
+              backend: { placements: { main: { audiences: [
+                { name: "All Users", versionId: "av-all", variations: [ { id: "all-A", weight: 100 } ] } ] } } },
+              network: { latency: 0.2, rules: [ { match: { kind: "targeted" }, fail: "hang" } ] },
+              steps: [] }
+            """, file: "inline")
+        let recorder = FlowTraceRecorder(name: "Reproduce.fromTheDashboard", environment: [:])
+        let harness = VirtualHarness(scenario: scenario, events: FlowTraceSink(recorder: recorder))
+        _ = try await harness.getFlow(placementId: "main", fetchPolicy: .reloadRevalidatingCacheData, loadTimeout: 1)
+        await recorder.finish()
+        return recorder.envelopes
+    }
+
+    @Test("the open call's Reproduce as scenario saves the server's scenario (a file flowscope run plays); a call the server cannot reproduce says why")
+    func reproduceButton() async throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        defer { stack.stop() }
+        let envelopes = try await Self.recordedCall()
+        let run = try #require(envelopes.first?.run)
+        let trace = try #require(envelopes.first { $0.name == .fetchStart }?.event.trace.hex)
+        _ = try stack.ingest(envelopes.map { try JSON5.parse($0.jsonLine) })
+        // A call with its start only: not reproducible (unfinished).
+        let open = "00000000000000000000000000000abc"
+        _ = try stack.ingest([Envelope(EngineEvent(name: .fetchStart, t: 0, placement: "main", trace: TraceID(hex: open)!, span: SpanID(raw: 1),
+                                                   attrs: ["call": "getFlow", "policy": "reloadRevalidatingCacheData"]),
+                                       seq: 0, ts: Date().timeIntervalSince1970, run: run)].map { try JSON5.parse($0.jsonLine) })
+        let path = "/#run=\(run.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? run)&call=\(trace)"
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: path)
+        defer { browser.close() }
+        #expect(try browser.waitFor("document.querySelector('#trace-detail').dataset.trace === '\(trace)' && !document.querySelector('#trace-detail').hidden"))
+        // The page hands the scenario to a download; keep its text to compare with the server's.
+        _ = try browser.evaluate("""
+            (() => { const made = URL.createObjectURL; window.savedScenario = null;
+                     URL.createObjectURL = (blob) => { blob.text().then((t) => { window.savedScenario = t; }); return made(blob); }; })()
+            """)
+        _ = try browser.evaluate("document.querySelector('#trace-detail [data-reproduce=\"call\"]').click()")
+        #expect(try browser.waitFor("document.querySelector('#trace-detail .reproduce-status').textContent.startsWith('Saved reproduce-\(trace.prefix(8)).json5')"
+                                    + " && typeof window.savedScenario === 'string'", timeout: 10))
+        let saved = try browser.evaluate("window.savedScenario").stringValue ?? ""
+        let served = try stack.fixture.connect().request("GET", "/api/calls/\(trace)/scenario").text
+        #expect(!saved.isEmpty && saved == served)
+        #expect(saved.contains("expect"), "\(saved.prefix(300))")
+
+        _ = try browser.evaluate("location.hash = 'run=\(run.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? run)&call=\(open)'")
+        #expect(try browser.waitFor("document.querySelector('#trace-detail').dataset.trace === '\(open)'"))
+        #expect(try browser.evaluate("document.querySelector('#trace-detail .reproduce-status').textContent") == "", "cleared for another call")
+        _ = try browser.evaluate("document.querySelector('#trace-detail [data-reproduce=\"call\"]').click()")
+        #expect(try browser.waitFor("document.querySelector('#trace-detail .reproduce-status').textContent.startsWith('Not reproducible (HTTP 422)')", timeout: 10))
     }
 }
