@@ -100,7 +100,8 @@ extension FlowTraceRecorder {
     private func fail(_ message: String, _ timeline: FlowTimeline, _ call: FlowTimeline.Call?, _ location: SourceLocation) -> Bool {
         let shown = call.map { c in FlowTimeline(calls: [c]) } ?? timeline
         if !frameworkReportsIssues { noteFailure(message) }
-        onFailure(message + "\ntimeline (\(name)):\n" + shown.text(origin: call?.startedAt ?? timeline.calls.first?.startedAt), location)
+        onFailure(message + "\ntimeline (\(name)):\n" + shown.text(origin: call?.startedAt ?? timeline.calls.first?.startedAt)
+                  + reproductionNote(), location)
         return false
     }
 }

@@ -1,6 +1,7 @@
 import FlowEvents
 import FlowFetch
 import FlowJSON
+import FlowSim
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -48,6 +49,8 @@ public final class FlowTraceRecorder: Sendable {
         var skipped: String?
         var ended = false
         var attachReported = false
+        /// What ``reproductionNote()`` said per call (trace), so each is written once.
+        var reproductions: [String: String] = [:]
     }
 
     /// A recorder named `name` (made a valid run name). `environment` supplies FLOWSCOPE_TRACE_DIR,
@@ -141,11 +144,42 @@ public final class FlowTraceRecorder: Sendable {
         record(testEvent(.testStart, attrs))
     }
 
-    /// The timeline of every call so far, for a failure message (empty when there is none).
+    /// The timeline of every call so far, for a failure message (empty when there is none), and the
+    /// scenario file that reproduces the last call of a real client (``reproductionNote()``).
     func timelineText() -> String {
         let timeline = self.timeline
         guard !timeline.calls.isEmpty else { return "" }
-        return "timeline (\(name)):\n" + timeline.text(origin: timeline.calls.first?.startedAt)
+        return "timeline (\(name)):\n" + timeline.text(origin: timeline.calls.first?.startedAt) + reproductionNote()
+    }
+
+    /// For a test that ran a real `FlowClient` (events of a session other than the test's own): a
+    /// line naming a scenario file that reproduces its last finished call in virtual time (written
+    /// once per call, into FLOWSCOPE_TRACE_DIR or the temporary directory), or why it cannot be.
+    /// Empty when the test ran no real client.
+    func reproductionNote() -> String {
+        let envelopes = self.envelopes
+        guard let last = envelopes.last(where: { e in
+            (e.name == .fetchEnd || e.name == .preloadEnd) && e.session != nil && e.session != session
+        }) else { return "" }
+        let trace = last.event.trace.hex
+        if let known = verdict.withLock({ $0.reproductions[trace] }) { return known }
+        let note: String
+        switch Recording(envelopes).scenario(trace: trace, session: true) {
+        case .failure(let refusal):
+            note = "\nnot reproducible as a scenario (\(refusal.reason.rawValue)): \(refusal.message)\n"
+        case .success(let reproduced):
+            let directory = traceDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-reproduce").path
+            let file = "\(directory)/\(FlowTraceRecorder.fileName(for: name)).\(trace.prefix(8)).scenario.json5"
+            do {
+                try AtomicFile.makeDirectory(directory)
+                try AtomicFile.write(Array(reproduced.text.utf8), to: file)
+                note = "\nreproduces in virtual time: flowscope run \(file)\n"
+            } catch {
+                note = "\ncannot write the scenario that reproduces call \(trace): \(error)\n"
+            }
+        }
+        verdict.withLock { $0.reproductions[trace] = note }
+        return note
     }
 
     private func testEvent(_ name: EventName, _ attrs: EventAttributes) -> EngineEvent {

@@ -3,6 +3,7 @@ import FlowEvents
 import FlowFetch
 import FlowJSON
 @testable import FlowScopeTesting
+import FlowScopeStubBackend
 import FlowSim
 import Foundation
 import Testing
@@ -48,6 +49,13 @@ struct DeliberateFailures {
     @Test func cancelled() throws {
         try Test.cancel("not on this platform")
     }
+
+    @Test func realClient() async throws {
+        let stub = try StubBackendServer(scenario: try StubBackendRealTimeTests.scenario(targeted: "http:503"))
+        defer { stub.stop() }
+        let o = try await StubBackendRealTimeTests.fetch(stub.baseURL, loadTimeout: 5)
+        #expect(try o.result.get().source == .network)
+    }
 }
 
 /// The `.flowTrace` trait's verdict and failure output, seen as a user sees them: ``DeliberateFailures``
@@ -59,6 +67,10 @@ struct FlowTraceVerdictTests {
         var output: String
         /// Each test's trace file, by test name: its envelopes.
         var traces: [String: [Envelope]]
+        /// FLOWSCOPE_TRACE_DIR of the child (removed once read).
+        var directory: String
+        /// The scenario files the child wrote there, by path: their text.
+        var scenarios: [String: String]
 
         func end(_ test: String) -> EventAttributes? {
             traces["DeliberateFailures.\(test)"]?.last { $0.name == .testEnd }?.event.attrs
@@ -91,7 +103,11 @@ struct FlowTraceVerdictTests {
             let text = try String(contentsOfFile: dir + "/" + file, encoding: .utf8)
             traces[String(file.dropLast(6))] = try text.split(separator: "\n").map { try Envelope(jsonValue: JSON5.parse(String($0))) }
         }
-        return Child(status: run.status, output: run.output, traces: traces)
+        var scenarios: [String: String] = [:]
+        for file in try FileManager.default.contentsOfDirectory(atPath: dir) where file.hasSuffix(".scenario.json5") {
+            scenarios[dir + "/" + file] = try String(contentsOfFile: dir + "/" + file, encoding: .utf8)
+        }
+        return Child(status: run.status, output: run.output, traces: traces, directory: dir, scenarios: scenarios)
     }
 
     @Test("a plain #expect failing in a traced test fails its verdict and prints the timeline of the test's calls")
@@ -129,6 +145,22 @@ struct FlowTraceVerdictTests {
         #expect(end["failures"]?.arrayValue?.compactMap(\.stringValue).map { $0.contains("expectFallback main: no fallback to fallbackFile happened") } == [true])
         let output = child.failureOutput("ownExpectation")
         #expect(output.components(separatedBy: "timeline (").count == 2, "\(output)")
+    }
+
+    @Test("a failing test that ran a real FlowClient names a scenario file that reproduces its call; the file is a scenario of that call")
+    func realClientReproduced() throws {
+        let child = try Self.child.get()
+        #expect(child.end("realClient")?["status"] == "failed")
+        let output = child.failureOutput("realClient")
+        let line = try #require(output.split(separator: "\n").first { $0.contains("reproduces in virtual time: flowscope run ") }, "\(output)")
+        let file = String(line[line.range(of: "flowscope run ")!.upperBound...])
+        #expect(file.hasPrefix(child.directory + "/DeliberateFailures.realClient."), "\(file)")
+        #expect(file.hasSuffix(".scenario.json5"))
+        let text = try #require(child.scenarios[file], "written: \(child.scenarios.keys.sorted())")
+        let scenario = try Scenario.decode(text, file: file)
+        #expect(!scenario.steps.isEmpty)
+        // A test whose calls all ran on the harness (already a scenario) names no file.
+        #expect(!child.failureOutput("plainExpect").contains("reproduces in virtual time"))
     }
 
     @Test("a passing traced test (a known issue included) is test.start, its events, test.end passed; a cancelled one is skipped")
