@@ -58,12 +58,11 @@ public struct SinkRequirements: Sendable, Equatable {
     /// directory), else the first executable file of that name in `PATH` (`searchPath`, default the
     /// environment's). Nil when there is none.
     public static func resolve(program: String, searchPath: String? = nil) -> String? {
-        if program.contains("/") { return access(program, X_OK) == 0 ? program : nil }
+        if program.contains("/") { return isProgram(program) ? program : nil }
         let path = searchPath ?? ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for directory in path.split(separator: ":", omittingEmptySubsequences: true) {
             let candidate = "\(directory)/\(program)"
-            var st = stat()
-            if stat(candidate, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 { return candidate }
+            if isProgram(candidate) { return candidate }
         }
         return nil
     }
@@ -72,8 +71,16 @@ public struct SinkRequirements: Sendable, Equatable {
     public static func problem(program: String) -> String? {
         guard resolve(program: program) == nil else { return nil }
         guard program.contains("/") else { return "not found in PATH" }
-        var st = stat()
-        guard stat(program, &st) == 0 else { return "not found" }
-        return (st.st_mode & S_IFMT) == S_IFDIR ? "is a directory, expected a program" : "not executable"
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: program, isDirectory: &isDirectory) else { return "not found" }
+        return isDirectory.boolValue ? "is a directory, expected a program" : "not executable"
+    }
+
+    /// Whether `path` is an executable file (not a directory). Foundation, not the C library: the
+    /// libraries' C calls stay in their listed files (docs/platforms.md).
+    private static func isProgram(_ path: String) -> Bool {
+        var isDirectory: ObjCBool = false
+        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+            && FileManager.default.isExecutableFile(atPath: path)
     }
 }

@@ -322,7 +322,8 @@ public enum TestStatus: String, Sendable, Hashable, CaseIterable {
 /// ```
 ///
 /// The verdict (`test.end`) counts the test kit's failed expectations and an error `body` throws
-/// (`XCTSkip` makes it skipped); an `XCTAssert` failing in `body` is not seen. `environment` supplies
+/// (`XCTSkip` makes it skipped); on Linux also every XCTest failure recorded while `body` runs
+/// (`XCTAssert...`, `XCTFail`), seen through XCTest's observation API. `environment` supplies
 /// FLOWSCOPE_TRACE_DIR and FLOWSCOPE_ATTACH (the process environment by default).
 public func withFlowTrace<R: Sendable>(_ name: String = #function,
                                        environment: [String: String] = ProcessInfo.processInfo.environment,
@@ -330,7 +331,16 @@ public func withFlowTrace<R: Sendable>(_ name: String = #function,
                                        _ body: () async throws -> R) async rethrows -> R {
     let recorder = FlowTraceRecorder(name: FlowTraceRecorder.uniqueName(name), environment: environment, onFailure: onFailure)
     do {
+        #if canImport(XCTest) && os(Linux)
+        // Inside XCTest (no Swift Testing test running), XCTest's own failures count too.
+        let result = try await FlowTrace.$current.withValue(recorder) {
+            guard Test.current == nil else { return try await body() }
+            XCTestVerdictObserver.register()
+            return try await XCTestVerdictObserver.shared.observing(recorder) { try await body() }
+        }
+        #else
         let result = try await FlowTrace.$current.withValue(recorder) { try await body() }
+        #endif
         await recorder.finish()
         return result
     } catch {

@@ -226,6 +226,37 @@ struct TestInvocationTests {
     }
 }
 
+#if os(Linux)
+@Suite("Test verdicts from XCTest (Linux)")
+struct XCTestVerdictTests {
+    @Test("an XCTAssert failing in a withFlowTrace body fails its verdict; the test kit's own failure through XCTFail counts once; a clean body passes")
+    func xctestVerdicts() throws {
+        let dir = Fixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var env = ProcessInfo.processInfo.environment
+        env["FLOWSCOPE_DELIBERATE_FAILURES"] = "1"
+        env["FLOWSCOPE_TRACE_DIR"] = dir
+        for key in ["FLOWSCOPE_ATTACH", "FLOWSCOPE_ATTACH_REQUIRED"] { env[key] = nil }
+        let run = try runProgram("/usr/bin/timeout", ["-s", "KILL", "120", CommandLine.arguments[0],
+                                                      "FlowScopeTestingTests.DeliberateXCTestFailures"], environment: env)
+        #expect(run.status != 0, "\(run.output)")
+        func end(_ name: String) throws -> EventAttributes? {
+            let text = try String(contentsOfFile: dir + "/" + name + ".jsonl", encoding: .utf8)
+            return try text.split(separator: "\n").map { try Envelope(jsonValue: JSON5.parse(String($0))) }.last { $0.name == .testEnd }?.event.attrs
+        }
+        let failed = try end("XC.assertFails")
+        #expect(failed?["status"] == "failed", "\(run.output)")
+        let failures = failed?["failures"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        #expect(failures.count == 1 && failures[0].contains("DeliberateXCTestFailures.swift:") && failures[0].contains("XCTAssertEqual failed"), "\(failures)")
+        let own = try end("XC.ownExpectation")
+        #expect(own?["status"] == "failed")
+        #expect(own?["failures"]?.arrayValue?.count == 1, "the expectation's XCTFail is not a second failure: \(own?["failures"] ?? .null)")
+        #expect(try end("XC.passes")?["status"] == "passed")
+        #expect(try end("XC.passes")?["framework"] == nil)
+    }
+}
+#endif
+
 @Suite("Test verdicts outside Swift Testing (withFlowTrace)")
 struct WithFlowTraceVerdictTests {
     struct Broken: Error {}
