@@ -402,7 +402,10 @@ extension FlowTraceRecorder {
         let location = issue.sourceLocation.map { "\($0.fileID):\($0.line): " } ?? ""
         let what = comments.first.map { c in String(c.prefix { $0 != "\n" }) }
         let kind = String(describing: issue.kind)
-        noteFailure(location + (what.map { kind == "Issue recorded" ? $0 : kind + ": " + $0 } ?? kind))
+        // An issue recorded by hand (`Issue.record`, the test kit's expectations) is its comment.
+        var unconditional = false
+        if case .unconditional = issue.kind { unconditional = true }
+        noteFailure(location + (what.map { unconditional ? $0 : kind + ": " + $0 } ?? kind))
         guard !comments.contains(where: { $0.contains("\ntimeline (") || $0.hasPrefix("timeline (") }) else { return issue }
         let timeline = timelineText()
         guard !timeline.isEmpty else { return issue }
