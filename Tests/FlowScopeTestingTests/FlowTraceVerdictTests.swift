@@ -4,11 +4,12 @@ import FlowJSON
 @testable import FlowScopeTesting
 import FlowSim
 import Foundation
+import TestSupport
 import Testing
 
 /// Traced tests that fail on purpose, run only in the child process of ``FlowTraceVerdictTests``
 /// (FLOWSCOPE_DELIBERATE_FAILURES=1): elsewhere they are disabled.
-@Suite(.flowTrace, .enabled(if: ProcessInfo.processInfo.environment["FLOWSCOPE_DELIBERATE_FAILURES"] == "1"))
+@Suite(.flowTrace, .enabled(if: ProcessInfo.processInfo.environment["FLOWSCOPE_DELIBERATE_FAILURES"] == "1"), .ownThread)
 struct DeliberateFailures {
     struct Broken: Error {}
 
@@ -51,7 +52,7 @@ struct DeliberateFailures {
 
 /// The `.flowTrace` trait's verdict and failure output, seen as a user sees them: ``DeliberateFailures``
 /// run in a child process of this test binary, its output and trace files read back.
-@Suite("Test verdicts from Swift Testing")
+@Suite("Test verdicts from Swift Testing", .ownThread)
 struct FlowTraceVerdictTests {
     struct Child {
         var status: Int32
@@ -157,7 +158,7 @@ struct FlowTraceVerdictTests {
     }
 }
 
-@Suite("Test invocations")
+@Suite("Test invocations", .ownThread)
 struct TestInvocationTests {
     @Test("FLOWSCOPE_INVOCATION names the invocation when it is a valid id; otherwise a random 8-hex id")
     func ids() {
@@ -202,7 +203,7 @@ struct TestInvocationTests {
     }
 }
 
-@Suite("Test verdicts outside Swift Testing (withFlowTrace)")
+@Suite("Test verdicts outside Swift Testing (withFlowTrace)", .ownThread)
 struct WithFlowTraceVerdictTests {
     struct Broken: Error {}
 

@@ -172,7 +172,7 @@ struct OTLPTraceBuilderTests {
     }
 }
 
-@Suite("OTLP sink export")
+@Suite("OTLP sink export", .ownThread)
 struct OTLPSinkTests {
     /// Writes the realistic stream through a file-mode sink and returns the file's path.
     func exportToFile(_ dir: String, batchSize: Int) throws -> (path: String, sink: OTLPSink) {
