@@ -340,6 +340,7 @@ struct CallQueryTests {
         memory.consume(try b.envelopes())
         let counting = CountingStore(memory)
         let r = Self.router(counting, window: 400)
+        counting.reset()  // the test-run index reads its test.start/test.end pages once, as the router is built
         let answer = Self.get(r, "/api/calls", [("run", "live"), ("placement", "p0")])
         #expect(counting.largestLimit == 400)
         #expect(answer.body["counts"]?["scannedEvents"] == 400)
@@ -431,6 +432,7 @@ final class CountingStore: EventStore {
     private let largest = Mutex(0)
     init(_ store: MemorySink) { self.store = store }
     var largestLimit: Int { largest.withLock { $0 } }
+    func reset() { largest.withLock { $0 = 0 } }
     func events(since: UInt64?, limit: Int, run: String?, placement: String?, name: String?) -> [Envelope] {
         largest.withLock { $0 = max($0, limit) }
         return store.events(since: since, limit: limit, run: run, placement: placement, name: name)

@@ -128,7 +128,8 @@ public final class MachineShares: Sendable {
 /// `.ownThread` takes one of ``MachineShares/process``'s shares, so at most that many blocking
 /// tests run at once; `.heavy` takes half of them; `.realTime` takes them all: for a test that
 /// checks a wall-clock bound, or loads the machine so that others would miss theirs. Async tests
-/// without the trait take no share: they run on the pool beside all of these.
+/// without the trait take no share: they run on the pool beside all of these, so a `.realTime`
+/// test also waits (at most a minute) until the pool is quiet (``waitForQuietPool(bound:times:limit:)``).
 public struct OwnThreadTrait: TestTrait, SuiteTrait, TestScoping {
     /// How much of the machine a test takes.
     public enum Weight: Sendable {
@@ -169,11 +170,32 @@ public struct OwnThreadTrait: TestTrait, SuiteTrait, TestScoping {
         }
         await shares.acquire(count)
         defer { shares.release(count) }
+        if weight == .alone { await Self.waitForQuietPool() }
         let executor = DedicatedThreadExecutor(name: "test-thread")
         defer { executor.shutDown() }
         try await Self.$current.withValue(weight) {
             try await withTaskExecutorPreference(executor) { try await function() }
         }
+    }
+
+    /// Waits until work enqueued on the cooperative pool starts within `bound`, `times` in a row (at
+    /// most `limit` in all): the async tests without a trait that keep the pool busy, CPU-bound ones
+    /// above all, have ended or paused, so a wall-clock bound measures the code under test. Returns
+    /// whether the pool became quiet.
+    @discardableResult
+    public static func waitForQuietPool(bound: Duration = .milliseconds(100), times: Int = 3,
+                                        limit: Duration = .seconds(60)) async -> Bool {
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
+        var quiet = 0
+        while clock.now < deadline {
+            let asked = clock.now
+            let started = await Task.detached { clock.now }.value
+            quiet = started - asked < bound ? quiet + 1 : 0
+            if quiet >= times { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
     }
 
     /// The weight of the scope the current task runs in, if any.
