@@ -81,7 +81,7 @@ struct OwnThreadTests {
         #expect(released == Array(repeating: true, count: blockers), "a blocker waited 60 s: the pool did not run the release")
     }
 
-    @Test("the same blocking on the pool itself holds the pool: work enqueued there waits until a blocker gives up", .realTime)
+    @Test("the same blocking on the pool itself holds the pool: work enqueued there waits until a blocker gives up, and the pool is not quiet meanwhile", .realTime)
     func blockingThePoolStarvesIt() async throws {
         // The control for the test above; `.realTime`, so no other blocking test is running meanwhile.
         let release = Flag()
@@ -96,10 +96,14 @@ struct OwnThreadTests {
         let deadline = Date().addingTimeInterval(30)
         while started.value.load(ordering: .relaxed) < Self.poolWidth && Date() < deadline { usleep(2_000) }
         #expect(started.value.load(ordering: .relaxed) == Self.poolWidth)
+        // What a `.realTime` test waits for before its bounds: not while the pool is held.
+        let quietWhileHeld = await OwnThreadTrait.waitForQuietPool(limit: .milliseconds(300))
+        #expect(!quietWhileHeld, "the pool counted as quiet while every one of its threads was blocked")
         Task.detached { release.set() }
         var results: [Bool] = []
         for blocker in blockers { results.append(await blocker.value) }
         #expect(results.contains(false), "every blocker was released by pool work while the pool's \(Self.poolWidth) threads were blocked")
+        #expect(await OwnThreadTrait.waitForQuietPool(), "the pool stayed busy after the blockers ended")
     }
 
     @Test("a .realTime test waits for the .ownThread tests running, and none starts while it runs")
@@ -129,5 +133,55 @@ struct OwnThreadTests {
         await alone.value
         await late.value
         #expect(log.all == ["alone", "alone done", "late"])
+    }
+}
+
+/// A suite that blocks says so: the check that keeps plain `swift test` off a starved pool as new
+/// test files arrive.
+@Suite("Blocking suites carry a thread trait")
+struct BlockingSuiteTraitTests {
+    /// Calls that block the calling thread, as the suites use them.
+    static let blockingCalls = ["DevToolsBrowser", "TestConnection(", "runProcess(", "runProgram(", "waitUntilExit()",
+                                "readDataToEndOfFile()", "usleep(", "Thread.sleep(", "DispatchSemaphore("]
+    static let traits = [".ownThread", ".heavy", ".realTime"]
+
+    /// Every `@Suite` attribute of `text` with the name of the type it is on.
+    static func suites(in text: String) -> [(attribute: String, type: String)] {
+        var found: [(String, String)] = []
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        for (i, line) in lines.enumerated() where line.hasPrefix("@Suite") {
+            let rest = lines[i...].prefix(3).joined(separator: " ")
+            let declaration = rest.range(of: #"(struct|final class|class|enum) [A-Za-z0-9_]+"#, options: .regularExpression)
+            let type = declaration.map { String(rest[$0].split(separator: " ").last!) } ?? "?"
+            found.append((line, type))
+        }
+        return found
+    }
+
+    @Test("every suite in a test file that calls a blocking helper carries .ownThread, .heavy or .realTime, and every *RealTime* suite .realTime")
+    func blockingSuitesCarryATrait() throws {
+        let root = PackageGraphTests.packageRoot
+        let folders = ["Tests"] + (try FileManager.default.contentsOfDirectory(atPath: root + "/plugins")).map { "plugins/\($0)/Tests" }
+        var missing: [String] = []
+        var checked = 0
+        for folder in folders {
+            guard let files = FileManager.default.enumerator(atPath: root + "/" + folder) else { continue }
+            // This file blocks threads on purpose, test by test, to show what the traits are for.
+            for case let file as String in files where file.hasSuffix(".swift") && !file.hasPrefix("Support/") && !file.hasSuffix("/OwnThreadTests.swift") {
+                let path = folder + "/" + file
+                let text = try String(contentsOfFile: root + "/" + path, encoding: .utf8)
+                let blocks = Self.blockingCalls.contains { text.contains($0) }
+                for suite in Self.suites(in: text) {
+                    checked += 1
+                    if suite.type.contains("RealTime") && !suite.attribute.contains(".realTime") {
+                        missing.append("\(path): \(suite.type) checks wall-clock bounds: .realTime")
+                    } else if blocks && !Self.traits.contains(where: { suite.attribute.contains($0) }) {
+                        missing.append("\(path): \(suite.type) is in a file that blocks: .ownThread, .heavy or .realTime")
+                    }
+                }
+            }
+        }
+        #expect(checked > 100, "only \(checked) suites found under \(root)")
+        #expect(missing.isEmpty, "suites without a thread trait:\n\(missing.joined(separator: "\n"))")
     }
 }
