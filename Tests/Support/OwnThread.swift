@@ -21,7 +21,8 @@ public final class DedicatedThreadExecutor: TaskExecutor {
     public init(name: String) {
         let thread = Thread { [self] in run() }
         thread.name = String(name.prefix(15))
-        // The stack of a pool thread; the default of Foundation's threads is smaller.
+        // 8 MiB, the usual default of a thread on Linux, set so a test's stack does not depend on
+        // Foundation's default.
         thread.stackSize = 8 << 20
         thread.start()
     }
