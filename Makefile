@@ -10,15 +10,10 @@ PREFIX ?= /usr/local
 run: setup release
 	.build/release/flowscope serve --config $(CONFIG)
 
-# Suites whose type name contains "RealTime" check wall-clock bounds: they run in a second pass,
-# alone, so the parallel pass cannot starve them of CPU. The headless-browser suite runs there too:
-# it blocks a thread of the 2-core cooperative pool for tens of seconds per test, which starved the
-# async tests of the parallel pass (an attach test's 5 s HTTP timeout expired on a loaded run).
-# So do the other tests that wait on a real HTTP exchange with a deadline, which the parallel pass's
-# CPU-bound tests (fuzzing, property runs, kill -9 children) can hold up: the OTLP export suite
-# (its `flush()` blocks a pool thread while URLSession talks to a stub collector; one request
-# stalled 30 s) and the test kit's attach tests (the attach stream's 5 s timeout expired once more).
-SERIAL = RealTime|DashboardBrowser|OTLPSinkTests\.OTLPSinkTests/|FlowTraceTests/attach
+# The suite is one plain `swift test`, as Xcode and any Swift developer run it: a suite that blocks
+# a thread (sockets, a headless browser, child processes, sleeps) carries `.ownThread` and runs on a
+# thread of its own, never on the cooperative pool the async tests need; one that checks wall-clock
+# bounds carries `.realTime` and runs while no other blocking test does (Tests/Support/OwnThread.swift).
 # Every process the suite starts inherits FLOWSCOPE_TEST_RUN; after the tests (passed or not),
 # scripts/leftover-processes.sh ends any process still carrying it and fails the run.
 # Last, the fuzz targets are built (the package instrumented, in .build/fuzz) and each runs over its
@@ -27,8 +22,7 @@ SERIAL = RealTime|DashboardBrowser|OTLPSinkTests\.OTLPSinkTests/|FlowTraceTests/
 test: setup-test
 	$(SWIFT) build --build-tests
 	@export FLOWSCOPE_TEST_RUN=$$(cat /proc/sys/kernel/random/uuid); status=0; \
-	$(SWIFT) test --skip-build --skip '$(SERIAL)' || status=$$?; \
-	[ $$status -ne 0 ] || $(SWIFT) test --skip-build --filter '$(SERIAL)' --no-parallel || status=$$?; \
+	$(SWIFT) test --skip-build || status=$$?; \
 	[ $$status -ne 0 ] || SWIFT=$(SWIFT) bash scripts/examples.sh || status=$$?; \
 	bash scripts/leftover-processes.sh "$$FLOWSCOPE_TEST_RUN" || status=1; \
 	exit $$status

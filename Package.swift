@@ -82,12 +82,12 @@ let package = Package(
         // file system (macOS's default) would check both out into one folder.
         .plugin(name: "EmbedAssets", capability: .buildTool(), dependencies: ["AssetEmbedder"], path: "BuildTools/EmbedAssets"),
 
-        // Helpers shared by several test targets (a loopback HTTP server).
+        // Helpers shared by several test targets (a loopback HTTP server, the `.ownThread` trait).
         .target(name: "TestSupport", dependencies: ["COpenSSL", "FlowEvents", "FlowFetch", "FlowJSON"], path: "Tests/Support"),
         .testTarget(name: "FlowJSONTests", dependencies: ["FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowFetchTests", dependencies: ["FlowFetch", "FlowJSON", "FlowTLS", "TestSupport"]),
         .testTarget(name: "FlowEventsTests", dependencies: ["FlowEvents", "FlowFetch", "FlowJSON", "TestSupport"]),
-        .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON"]),
+        .testTarget(name: "FlowSimTests", dependencies: ["FlowSim", "FlowFetch", "FlowEvents", "FlowJSON", "TestSupport"]),
         .testTarget(name: "FlowScopeServerTests", dependencies: ["TestSupport", "FlowScopeServer", "FlowEvents", "FlowJSON", "MetricsSink", "MemorySink",
                                                           "SQLiteSink"]),
         .testTarget(name: "FlowScopeTestingTests", dependencies: [

@@ -4,6 +4,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// A sink that records everything, optionally gated so a test can hold it inside `consume`.
@@ -38,7 +39,7 @@ func event(_ i: Int, _ name: EventName = .fetchStart, placement: String? = "main
 
 func index(_ envelope: Envelope) -> Int { envelope.attrs["i"]?.intValue ?? -1 }
 
-@Suite("EventPipeline")
+@Suite("EventPipeline", .ownThread)
 struct EventPipelineTests {
     @Test("every sink receives every event in emission order with strictly increasing seq")
     func fanOutOrder() {
@@ -317,7 +318,7 @@ final class ClosableSink: EventSink {
     func close() { log.withLock { $0.append("close") } }
 }
 
-@Suite("EventPipeline lifecycle")
+@Suite("EventPipeline lifecycle", .ownThread)
 struct EventPipelineLifecycleTests {
     @Test("shutdown calls flush then close on a sink, after its last batch, once")
     func closeOrder() {

@@ -3,6 +3,7 @@ import FlowEvents
 import FlowFetch
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// A recording sink that says it is durable; gated like ``RecordingSink``.
@@ -20,7 +21,7 @@ func ingestBatch(_ range: Range<Int>) -> [Envelope] {
     range.map { Envelope(event($0), seq: 0, ts: 1, run: "ingest") }
 }
 
-@Suite("EventPipeline ingest admission")
+@Suite("EventPipeline ingest admission", .ownThread)
 struct IngestAdmissionTests {
     @Test("the built-in contract: a sink is not durable unless it says so")
     func durableDefault() {

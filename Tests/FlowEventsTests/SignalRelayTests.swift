@@ -1,10 +1,11 @@
 import FlowEvents
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// SignalRelay's thread can take every signal it relays, whatever mask the thread that made it had.
-@Suite("Signal relay")
+@Suite("Signal relay", .ownThread)
 struct SignalRelayTests {
     /// The blocked-signal mask of each thread of this process, by thread name (`comm`) and id.
     static func threadMasks() -> [(name: String, blocked: UInt64)] {
@@ -46,7 +47,7 @@ struct SignalRelayTests {
     }
 }
 
-@Suite("EventPipeline: unfinished sinks")
+@Suite("EventPipeline: unfinished sinks", .ownThread)
 struct UnfinishedSinksTests {
     @Test("a sink held in consume is unfinished with its batch in flight and the rest queued; after shutdown none is")
     func unfinishedSinksDuringShutdown() {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 @testable import FlowFetch
 import FlowJSON
@@ -182,7 +183,7 @@ struct PreloadValidationTests {
 
 /// maxAge through FlowClient on the system clock: what exact time changes is visible in the events
 /// (ages in whole microseconds, maxAge reported as given). Wall-clock margins are generous.
-@Suite("maxAge on the real clock (RealTime)")
+@Suite("maxAge on the real clock (RealTime)", .realTime)
 struct MaxAgeRealTimeTests {
     @Test("a fresh entry is served with a whole-microsecond age; after maxAge 0.3 has passed it is expired, reported as 0.3")
     func realClock() async throws {

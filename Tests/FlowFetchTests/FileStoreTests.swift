@@ -2,6 +2,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// A backend answering every audience request with one variation, or failing every request.
@@ -35,7 +36,7 @@ func temporaryDirectory() -> String {
     FileManager.default.temporaryDirectory.appendingPathComponent("flowscope-test-\(UUID().uuidString)").path
 }
 
-@Suite("File stores")
+@Suite("File stores", .ownThread)
 struct FileStoreTests {
     static func entry(_ placement: String, variation: String = "v", profile: String = "p1") -> (CacheKey, [UInt8]) {
         let key = CacheKey(profileId: profile, placementId: placement)

@@ -1,5 +1,6 @@
 import FlowFetch
 import Foundation
+import TestSupport
 import Testing
 
 /// A backend whose requests never answer and whose targeted requests take `cancelSeconds` to cancel,
@@ -16,8 +17,8 @@ struct SlowCancelBackend: FlowBackend {
     }
 }
 
-/// Real time and real threads: "RealTime" in the name puts the suite in `make test`'s serial pass.
-@Suite("FlowClient: deadlines with a slow backend cancellation")
+/// Real time and real threads: `.realTime`, so no blocking or CPU-heavy test runs beside it.
+@Suite("FlowClient: deadlines with a slow backend cancellation", .realTime)
 struct FlowClientSlowCancelRealTimeTests {
     @Test("a call ends at its loadTimeout although cancelling a request it gave up blocks for 4 s: cancellations never hold up the timers")
     func deadlineDespiteBlockingCancel() async throws {

@@ -10,7 +10,7 @@ import Synchronization
 import Testing
 
 /// HTTPBackend and FlowClient over real sockets on 127.0.0.1, against a tiny local server.
-@Suite("HTTP backend over real sockets")
+@Suite("HTTP backend over real sockets", .realTime)
 struct HTTPBackendRealTimeTests {
     static func audience(_ placement: String, name: String = "All Users", variation: String = "v-A") -> [UInt8] {
         Array(RESTCoding.audienceJSON(AudiencePayload(placementId: placement, audienceName: name, audienceVersionId: "av-1",

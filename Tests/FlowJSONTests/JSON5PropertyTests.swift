@@ -177,7 +177,7 @@ struct DocumentGenerator {
     }
 }
 
-@Suite("JSON5 reader: properties over random documents")
+@Suite("JSON5 reader: properties over random documents", .heavy)
 struct JSON5PropertyTests {
     @Test("random documents written by JSONWriter parse back to the same value")
     func writerRoundTrip() throws {

@@ -54,7 +54,7 @@ func expectLocated(_ error: JSONInputError, _ input: String, sourceLocation: Sou
     #expect(!error.message.isEmpty, sourceLocation: sourceLocation)
 }
 
-@Suite("Reliability: the JSON5 reader under hostile input")
+@Suite("Reliability: the JSON5 reader under hostile input", .heavy)
 struct ReliabilityFuzzTests {
     @Test("the reader survives the committed fuzz corpus and thousands of seeded mutations, errors located, values round-tripping")
     func corpusAndMutations() throws {

@@ -1,9 +1,10 @@
 import FlowJSON
 import Foundation
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
-@Suite("flowscope attach-env")
+@Suite("flowscope attach-env", .ownThread)
 struct AttachEnvTests {
     @Test("prints one shell line with absolute paths, the token read from its file; --required adds FLOWSCOPE_ATTACH_REQUIRED=1")
     func line() async throws {

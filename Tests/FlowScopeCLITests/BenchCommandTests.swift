@@ -1,9 +1,10 @@
 import FlowJSON
 import FlowScopeCLI
 import Synchronization
+import TestSupport
 import Testing
 
-@Suite("flowscope bench")
+@Suite("flowscope bench", .heavy)
 struct BenchCommandTests {
     /// Collects what a command prints.
     final class Printed: Sendable {

@@ -97,8 +97,8 @@ final class BlackholeListener {
     deinit { close(fd) }
 }
 
-/// "RealTime" in the name: `make test` runs it in the serial second pass (wall-clock waits, processes).
-@Suite("the installed flowscope binary")
+/// `.realTime`: it runs while no other blocking test does (wall-clock waits, processes).
+@Suite("the installed flowscope binary", .realTime)
 struct BinaryRunAnywhereRealTimeTests {
     @Test("installed alone, started from an empty directory with no config: serves the dashboard (rendered in Chromium), demo traffic and /metrics")
     func emptyDirectory() async throws {
@@ -458,7 +458,7 @@ private func mode(_ path: String) throws -> Int {
     return (attributes[.posixPermissions] as? Int ?? -1) & 0o777
 }
 
-@Suite("stop progress")
+@Suite("stop progress", .ownThread)
 struct StopProgressTests {
     @Test("the stop names each unfinished sink with what it has not written, and counts what a cut stop gives up")
     func progressNamesSinks() {

@@ -10,9 +10,9 @@ func flowscopeBinary() -> String? {
     return [beside, packageRoot + "/.build/debug/flowscope"].first { FileManager.default.isExecutableFile(atPath: $0) }
 }
 
-/// "RealTime" in the name: `make test` runs it in the serial second pass (its watchdog and waits are
-/// wall-clock bounds).
-@Suite("the flowscope executable")
+/// `.realTime`: it runs while no other blocking test does (its watchdog and waits are wall-clock
+/// bounds).
+@Suite("the flowscope executable", .realTime)
 struct BinaryServeRealTimeTests {
     @Test("flowscope serve as a process: prints its URL and fingerprint, answers over TLS, stops cleanly on SIGTERM with its jsonl flushed")
     func serveProcess() async throws {

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 @testable import FlowScopeCLI
 
-@Suite("check-config, serve's config errors, and cert")
+@Suite("check-config, serve's config errors, and cert", .ownThread)
 struct ConfigCommandTests {
     @Test("the shipped config/flowscope.json5 is valid")
     func shippedConfig() async throws {
@@ -127,7 +127,7 @@ struct ConfigCommandTests {
     }
 }
 
-@Suite("serve start-up failures")
+@Suite("serve start-up failures", .ownThread)
 struct ServeStartFailureTests {
     func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
         try write(text, to: dir + "/flowscope.json5")
@@ -180,9 +180,9 @@ struct ServeStartFailureTests {
     }
 }
 
-/// Demo traffic runs on the cooperative pool: "RealTime" in the name puts it in `make test`'s serial
-/// second pass, where blocking tests cannot starve it.
-@Suite("serve demo traffic")
+/// Demo traffic runs on the cooperative pool in real time: `.realTime`, so no blocking or CPU-heavy
+/// test runs beside it.
+@Suite("serve demo traffic", .realTime)
 struct DemoTrafficRealTimeTests {
     func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
         try write(text, to: dir + "/flowscope.json5")

@@ -15,7 +15,7 @@ final class Captured: Sendable {
     }
 }
 
-@Suite("flowscope fetch and replay")
+@Suite("flowscope fetch and replay", .realTime)
 struct FetchCommandRealTimeTests {
     static let audience = #"{"placementId":"main","audience":{"name":"All Users","versionId":"av"},"variations":[{"id":"v-A","weight":100}],"createdAt":0}"#
 

@@ -1,5 +1,6 @@
 import FlowJSON
 import Foundation
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
@@ -39,7 +40,7 @@ enum GrafanaDashboard {
     }
 }
 
-@Suite("the Grafana dashboard")
+@Suite("the Grafana dashboard", .ownThread)
 struct GrafanaDashboardTests {
     @Test("config/grafana/flowscope-dashboard.json is JSON with a DS_PROMETHEUS input, and every metric it uses is one /metrics exports")
     func dashboardMatchesMetrics() throws {

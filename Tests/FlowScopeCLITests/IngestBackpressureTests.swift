@@ -123,7 +123,7 @@ func storedIDs(jsonl path: String) throws -> [String] {
     return ids
 }
 
-@Suite("Ingest under load with backpressure (RealTime)")
+@Suite("Ingest under load with backpressure (RealTime)", .realTime)
 struct IngestBackpressureRealTimeTests {
     @Test("four senders at full speed into serve with sqlite and jsonl: every acknowledged event is in both after a clean stop, every refused batch got 503 with Retry-After")
     func acknowledgedMeansStored() throws {
@@ -234,7 +234,7 @@ struct IngestBackpressureRealTimeTests {
     }
 }
 
-@Suite("replay --serve loads a trace in batches that fit")
+@Suite("replay --serve loads a trace in batches that fit", .ownThread)
 struct ReplayLoadTests {
     static func trace(_ n: Int) -> [Envelope] {
         (0..<n).map { (i: Int) -> Envelope in

@@ -5,8 +5,8 @@ import Testing
 @testable import FlowScopeCLI
 
 /// `flowscope init`: the files it writes work where they are written, as written.
-/// "RealTime" in the name: `make test` runs it in the serial pass (a real serve and a real Prometheus).
-@Suite("flowscope init")
+/// `.realTime`: it runs while no other blocking test does (a real serve and a real Prometheus).
+@Suite("flowscope init", .realTime)
 struct InitCommandRealTimeTests {
     @Test("init writes a config, prometheus.yml, the Grafana dashboard and the scenarios; serve, promtool, Prometheus and run use them as written")
     func initFolderWorksAsWritten() async throws {

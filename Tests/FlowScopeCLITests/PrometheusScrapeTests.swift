@@ -24,9 +24,9 @@ func freeLoopbackPort() throws -> Int {
     return Int(UInt16(bigEndian: addr.sin_port))
 }
 
-/// "RealTime" in the name: `make test` runs it in the serial second pass, so a busy cooperative pool
-/// cannot stall its polling against Prometheus's start-up and scrape interval.
-@Suite("a real Prometheus scraping flowscope serve over TLS")
+/// `.realTime`: no blocking or CPU-heavy test runs beside it, so a busy machine cannot stall its
+/// polling against Prometheus's start-up and scrape interval.
+@Suite("a real Prometheus scraping flowscope serve over TLS", .realTime)
 struct PrometheusScrapeRealTimeTests {
     @Test("Prometheus scrapes /metrics with the generated certificate as its CA and serves our series from its query API")
     func scrape() async throws {

@@ -40,7 +40,7 @@ private final class OutputCollector: Sendable {
     var current: String { text.withLock { $0 } }
 }
 
-@Suite("Reliability: crash safety of the event store under kill -9", .serialized)
+@Suite("Reliability: crash safety of the event store under kill -9", .serialized, .heavy)
 struct ReliabilityCrashTests {
     @Test("serve killed with SIGKILL at random points 12 times: every restart comes up, the store stays intact, no committed event is lost")
     func killNine() throws {

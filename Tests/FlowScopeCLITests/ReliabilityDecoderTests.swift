@@ -169,7 +169,7 @@ private let badFiles: [(name: String, bytes: [UInt8], path: String)] = [
     ("unknown-key.json", Array("{\"stepz\": [], \"servr\": {}}".utf8), "$.s"),
 ]
 
-@Suite("Reliability: every decoder of outside input, under seeded fuzzing and bad files")
+@Suite("Reliability: every decoder of outside input, under seeded fuzzing and bad files", .heavy)
 struct ReliabilityDecoderTests {
     @Test("each decoder accepts or refuses with a located error the committed corpus plus seeded mutations",
           arguments: ["json5", "scenario", "config", "rest", "cache", "ingest", "envelope", "fallback", "layout"])

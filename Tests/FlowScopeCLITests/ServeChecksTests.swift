@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
-@Suite("check-config runs serve's start-up checks")
+@Suite("check-config runs serve's start-up checks", .ownThread)
 struct ServeChecksTests {
     /// A bad config: what to prepare in the directory, the config text (`$DIR` is the directory) and
     /// the error after `<config file>: `.
@@ -318,7 +318,7 @@ struct ServeChecksTests {
     }
 }
 
-@Suite("flowscope completion and make install")
+@Suite("flowscope completion and make install", .ownThread)
 struct CompletionTests {
     /// What bash completes for the words typed so far.
     func bashComplete(_ words: [String]) throws -> [String] {
@@ -376,7 +376,7 @@ enum StateModes {
     }
 }
 
-@Suite("serve's login URL")
+@Suite("serve's login URL", .ownThread)
 struct ShownLoginURLTests {
     @Test("the token is printed in the login URL only on a terminal; elsewhere its file is named instead")
     func tokenOnlyOnATerminal() {

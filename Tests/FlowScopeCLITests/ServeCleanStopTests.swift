@@ -1,10 +1,11 @@
 import FlowJSON
 import Foundation
 import SQLiteSink
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
-@Suite("flowscope serve: a clean stop")
+@Suite("flowscope serve: a clean stop", .ownThread)
 struct ServeCleanStopTests {
     @Test("after a clean stop the sqlite sink's file stands alone: no -wal or -shm beside it, every event in it")
     func noWALAfterStop() throws {

@@ -1,10 +1,11 @@
 import FlowJSON
 import Foundation
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
 /// Config keys of the `server` section reach the running stack.
-@Suite("flowscope serve honours its config")
+@Suite("flowscope serve honours its config", .ownThread)
 struct ServeConfigWiringTests {
     @Test("the token is generated into the state directory with mode 0600 and reused by the next start")
     func generatedToken() throws {

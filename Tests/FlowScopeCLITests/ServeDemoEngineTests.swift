@@ -10,8 +10,8 @@ func liveEvents(_ stack: ServeStack, _ name: String) async throws -> [JSONValue]
 }
 
 /// The config's `engine` section as serve's demo sessions use it. Demo traffic runs in real time on
-/// the cooperative pool: "RealTime" in the name puts the suite in `make test`'s serial second pass.
-@Suite("serve demo traffic uses the engine section")
+/// the cooperative pool: `.realTime`, so no blocking or CPU-heavy test runs beside it.
+@Suite("serve demo traffic uses the engine section", .realTime)
 struct DemoEngineRealTimeTests {
     func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
         try write(text, to: dir + "/flowscope.json5")
@@ -119,7 +119,7 @@ struct DemoEngineRealTimeTests {
 }
 
 /// `demo.population`: demo sessions drawn from a population, against the population's backend.
-@Suite("serve demo traffic from a population")
+@Suite("serve demo traffic from a population", .realTime)
 struct DemoPopulationRealTimeTests {
     func config(_ text: String, in dir: String) throws -> FlowScopeConfig {
         try write(text, to: dir + "/flowscope.json5")

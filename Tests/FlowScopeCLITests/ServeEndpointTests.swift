@@ -6,7 +6,7 @@ import Testing
 
 /// Every endpoint of interfaces.md ("HTTPS endpoints") over the real `flowscope serve` stack: real
 /// TLS sockets on 127.0.0.1, events put in through POST /api/ingest.
-@Suite("flowscope serve endpoints")
+@Suite("flowscope serve endpoints", .ownThread)
 struct ServeEndpointTests {
     @Test("GET / serves the dashboard's index.html from the web root")
     func dashboardFromWebRoot() throws {

@@ -1,5 +1,6 @@
 import FlowJSON
 import Foundation
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
@@ -19,7 +20,7 @@ func buckets(_ lines: [String]) -> [(le: Double, count: Int)] {
     }
 }
 
-@Suite("flowscope serve /metrics after a known ingest")
+@Suite("flowscope serve /metrics after a known ingest", .ownThread)
 struct ServeMetricsTests {
     /// Events with a known effect on every counter family.
     static let knownEvents: [JSONValue] = [

@@ -2,6 +2,7 @@ import FlowEvents
 import FlowJSON
 import Foundation
 import SQLiteSink
+import TestSupport
 import Testing
 @testable import FlowScopeCLI
 
@@ -36,7 +37,7 @@ func syntheticTraceLines(placement: String, median: Double, sigma: Double, budge
 /// P(Z > z) of the standard normal.
 private func normalSurvival(_ z: Double) -> Double { 0.5 * erfc(z / 2.0.squareRoot()) }
 
-@Suite(.serialized) struct SimulateFromTests {
+@Suite(.serialized, .ownThread) struct SimulateFromTests {
     @Test func aRecordedTraceIsFittedWithinToleranceAndGetsARecommendationPerPlacement() async throws {
         let dir = makeTemporaryDirectory("from")
         defer { removeDirectory(dir) }

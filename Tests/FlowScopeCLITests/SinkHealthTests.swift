@@ -6,7 +6,7 @@ import TestSupport
 @testable import FlowScopeCLI
 
 /// Sink health as a user of `flowscope serve` sees it: a collector that dies, a disk that is full.
-@Suite("Sink health over real sockets (RealTime)")
+@Suite("Sink health over real sockets (RealTime)", .realTime)
 struct SinkHealthRealTimeTests {
     /// Complete traces (fetch.start and fetch.end on one span), so the otlp sink exports at once.
     static func traces(_ n: Int, from first: Int) -> String {
@@ -78,7 +78,7 @@ struct SinkHealthRealTimeTests {
     }
 }
 
-@Suite("The otlp sink at a clean stop")
+@Suite("The otlp sink at a clean stop", .ownThread)
 struct OTLPCleanStopTests {
     @Test("events ingested with unpaired span ids all leave through the otlp sink at stop, marked incomplete")
     func unpairedSpans() throws {

@@ -37,7 +37,7 @@ private func pagedEvents(_ fixture: StackFixture, run: String, limit: Int) throw
     return out
 }
 
-@Suite("flowscope serve: runs stored by the sqlite sink")
+@Suite("flowscope serve: runs stored by the sqlite sink", .ownThread)
 struct StoredRunsTests {
     @Test("after a restart on the same sqlite file, an earlier run is listed with stored: true and its events, placements and detail are served")
     func listedAfterRestart() throws {
@@ -134,7 +134,7 @@ struct StoredRunsTests {
 }
 
 /// The read model over the sqlite sink against the read model over the memory sink, on the same events.
-@Suite("sqlite and memory sinks: the same aggregates")
+@Suite("sqlite and memory sinks: the same aggregates", .ownThread)
 struct StoredAggregatesTests {
     /// 12,000 seeded events over four runs: fetch.end with 20 sources on one placement (past the 16
     /// listed), about 1,700 durations per placement of `live`, errors (null and non-null codes),

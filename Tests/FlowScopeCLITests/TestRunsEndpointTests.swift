@@ -30,7 +30,7 @@ private func ingest(_ fixture: StackFixture, _ envelopes: [Envelope]) throws {
     }
 }
 
-@Suite("flowscope serve: test runs with their invocation and verdict in /api/runs")
+@Suite("flowscope serve: test runs with their invocation and verdict in /api/runs", .ownThread)
 struct TestRunsEndpointTests {
     @Test("two invocations of the same tests are two sets of runs with their own verdicts; filters and order=status put failures first")
     func twoInvocations() async throws {

@@ -194,7 +194,7 @@ private func envelopeLine(_ i: Int) -> String {
     #"{"ts":1796206272.5,"t":\#(i),"run":"abuse","trace":"4bf92f3577b34da6a3ce929d0e0e4736","span":"00f067aa0ba902b7","name":"cache.hit","placement":"p"}"#
 }
 
-@Suite("Abuse: the server under load, slow clients, garbage and rate limits", .serialized)
+@Suite("Abuse: the server under load, slow clients, garbage and rate limits", .serialized, .realTime)
 struct AbuseRealTimeTests {
     @Test("1,000 concurrent kept-alive TLS clients each get their own answers, with bounded memory")
     func thousandClients() throws {

@@ -7,7 +7,7 @@ import TestSupport
 /// Off loopback every route but /healthz needs the token: a browser logs in once with `?token=` and
 /// is authorised by the cookie from then on. The servers listen on 127.0.0.1 under the off-loopback
 /// policy (`ServerConfig.policyForTesting`).
-@Suite("Browser login off loopback, over real HTTPS")
+@Suite("Browser login off loopback, over real HTTPS", .ownThread)
 struct BrowserLoginTests {
     /// A server under the off-loopback policy with a static page and asset, an API read, an event
     /// stream and a token-only ingest route.

@@ -5,11 +5,12 @@ import FlowJSON
 import MemorySink
 import SQLiteSink
 import Synchronization
+import TestSupport
 import Testing
 
 /// `GET /api/calls` and the filters of `GET /api/events`: events folded by trace into calls, each
 /// filter, bad parameters, preloads matching the placements they name, and bounded reads.
-@Suite("Call queries")
+@Suite("Call queries", .ownThread)
 struct CallQueryTests {
     /// Wall clock of the fixture's events: 2026-01-01T00:00:00Z plus the call's `at` seconds.
     static let base = 1_767_225_600.0

@@ -12,7 +12,7 @@ import Glibc
 /// The dashboard as a debugger, in headless Chromium, while live traffic flows: the call a user clicks
 /// is the call that opens, the keyboard reaches every control, a run stays whole, a server restart is
 /// noticed. (Type name contains "DashboardBrowser": the Makefile runs these serially.)
-@Suite("Dashboard in a real browser, with live traffic", .serialized)
+@Suite("Dashboard in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserDebuggerTests {
     static func chromium() -> Chromium? {
         let found = Chromium.executable()

@@ -10,7 +10,7 @@ import Glibc
 
 /// The filter bar, the histogram drill-down and the waterfall's axis in headless Chromium, with live
 /// traffic ingested. (Type name contains "DashboardBrowser": the Makefile runs these serially.)
-@Suite("Dashboard filters in a real browser, with live traffic", .serialized)
+@Suite("Dashboard filters in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserFilterTests {
     /// Sets a filter control as a user does (its value, then `change`).
     static func setFilter(_ browser: DevToolsBrowser, _ id: String, _ value: String) throws {

@@ -1,11 +1,12 @@
 import Foundation
 import FlowJSON
+import TestSupport
 import Testing
 @testable import FlowScopeServer
 
 /// The browser login off loopback in headless Chromium: the server listens on 127.0.0.1 under the
 /// off-loopback policy, where every request but /healthz needs the token.
-@Suite("Dashboard in a real browser: the login off loopback", .serialized)
+@Suite("Dashboard in a real browser: the login off loopback", .serialized, .heavy)
 struct DashboardBrowserLoginTests {
     @Test("opening /?token= once loads the page, its assets, the API and the live stream by the cookie, and the token leaves the address bar; without it the page is a 401")
     func loginInChromium() throws {

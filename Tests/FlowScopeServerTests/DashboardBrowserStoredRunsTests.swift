@@ -50,7 +50,7 @@ private func openStoredCheckout(_ chromium: Chromium, dir: String) throws -> (st
 }
 
 /// The dashboard after a restart of its server on the same sqlite file, in headless Chromium.
-@Suite("Dashboard in a real browser: stored runs", .serialized)
+@Suite("Dashboard in a real browser: stored runs", .serialized, .heavy)
 struct DashboardBrowserStoredRunsTests {
     @Test("after a restart the run picker lists a run stored by the sqlite sink, and opening it renders its placements, calls and events")
     func storedRunAfterRestart() throws {

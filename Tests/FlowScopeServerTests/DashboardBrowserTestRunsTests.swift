@@ -36,7 +36,7 @@ private func testRunBatches(invocations: Int, tests: Int) -> [String] {
 
 /// The dashboard's test runs in headless Chromium: invocations with their verdicts, failing tests
 /// first, the run picker searching instead of listing every run.
-@Suite("Dashboard in a real browser: test runs", .serialized)
+@Suite("Dashboard in a real browser: test runs", .serialized, .heavy)
 struct DashboardBrowserTestRunsTests {
     @Test("with 20,000 test runs stored the page opens under 5,000 DOM nodes; invocations show their verdicts, failures first; the run search finds a run; picking a test opens its run")
     func twentyThousandTestRuns() throws {

@@ -15,7 +15,7 @@ import Glibc
 /// The dashboard (web/) in a real browser: headless Chromium against the real server stack (memory and
 /// metrics sinks, the dashboard API, the SSE stream, ingest over HTTPS). Chromium is part of the test
 /// set-up (`make test` installs it): without it these tests fail, they do not skip.
-@Suite("Dashboard in a real browser", .serialized)
+@Suite("Dashboard in a real browser", .serialized, .heavy)
 struct DashboardBrowserTests {
     @Test("the dashboard renders the placements table, the waterfall, the histogram and the tail from ingested events")
     func rendersIngestedEvents() throws {

@@ -3,9 +3,9 @@ import TestSupport
 import Testing
 @testable import FlowScopeServer
 
-/// The listening socket after libmicrohttpd refused to start. In the serial pass (`RealTime`): the test
-/// watches descriptor numbers, which other tests running at the same time would take.
-@Suite("The listening socket after a failed start (RealTime)")
+/// The listening socket after libmicrohttpd refused to start. `.realTime`: the test watches descriptor
+/// numbers, which other tests running at the same time would take.
+@Suite("The listening socket after a failed start (RealTime)", .realTime)
 struct ListenSocketRealTimeTests {
     @Test("a start that fails in TLS set-up (libmicrohttpd closes the socket it was given) closes nothing else when the server stops")
     func failedTLSStartClosesNothingElse() throws {

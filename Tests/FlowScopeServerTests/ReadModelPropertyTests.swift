@@ -8,7 +8,7 @@ import SQLiteSink
 import TestSupport
 import Testing
 
-@Suite("Read model: the same calls and numbers from every store and every path")
+@Suite("Read model: the same calls and numbers from every store and every path", .heavy)
 struct ReadModelPropertyTests {
     /// The router over `store`, with the placements bound low enough that `_other` is used.
     static func router(_ store: any EventStore) -> Router {

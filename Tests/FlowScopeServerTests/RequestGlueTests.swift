@@ -3,7 +3,7 @@ import Testing
 @testable import FlowScopeServer
 
 /// The byte-level request glue: URI split, header-name folding, path segments.
-@Suite("Request glue on bytes")
+@Suite("Request glue on bytes", .ownThread)
 struct RequestGlueTests {
     @Test("the raw URI splits into path and query at the first ? and drops a # fragment, with non-ASCII text intact")
     func uriSplit() {

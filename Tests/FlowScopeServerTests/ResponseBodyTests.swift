@@ -6,7 +6,7 @@ import Testing
 
 /// Response bodies are lent to libmicrohttpd without a copy (`ResponseBody`); these check that the
 /// bytes still arrive intact over real TLS and that the lent storage is given back.
-@Suite("Response bodies lent to libmicrohttpd")
+@Suite("Response bodies lent to libmicrohttpd", .ownThread)
 struct ResponseBodyTests {
     /// A body whose every byte depends on its request number and position, so a mix-up shows.
     static func body(number: Int, count: Int) -> [UInt8] {

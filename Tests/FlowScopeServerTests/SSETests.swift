@@ -8,7 +8,7 @@ import Synchronization
 import Testing
 @testable import FlowScopeServer
 
-@Suite("Server-Sent Events")
+@Suite("Server-Sent Events", .ownThread)
 struct SSETests {
     /// Waits until `condition` holds, up to `seconds`.
     func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {

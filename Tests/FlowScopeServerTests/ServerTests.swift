@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 @testable import FlowScopeServer
 
-@Suite("HTTPS server over real sockets")
+@Suite("HTTPS server over real sockets", .ownThread)
 struct ServerTests {
     @Test("GET /healthz answers over TLS with the generated certificate and every security header")
     func healthz() throws {

@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 @testable import FlowScopeServer
 
-@Suite("TLS material and token")
+@Suite("TLS material and token", .ownThread)
 struct TLSMaterialTests {
     @Test("a first start generates a P-256 self-signed certificate with private file modes, and later starts reuse it")
     func generateAndReuse() throws {
@@ -169,8 +169,8 @@ struct TLSMaterialTests {
     }
 }
 
-/// Timing of the token comparison: in the serial pass (`RealTime`), so other tests' load cannot skew it.
-@Suite("Token comparison timing (RealTime)")
+/// Timing of the token comparison: `.realTime`, so other tests' load cannot skew it.
+@Suite("Token comparison timing (RealTime)", .realTime)
 struct TokenTimingRealTimeTests {
     @Test("the comparison takes the same time whether the first or the last byte differs")
     func constantTime() throws {

@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 @testable import FlowScopeServer
 
-@Suite("TLS policy: AEAD suites only, a generated certificate of exactly 397 days, renewed near expiry")
+@Suite("TLS policy: AEAD suites only, a generated certificate of exactly 397 days, renewed near expiry", .ownThread)
 struct TLSPolicyTests {
     @Test("TLS 1.2 clients offering only CBC or static-RSA suites are refused; ECDHE with AES-GCM or ChaCha20-Poly1305 is served")
     func aeadOnly() throws {

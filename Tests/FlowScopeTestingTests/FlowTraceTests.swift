@@ -41,7 +41,7 @@ enum Fixtures {
 }
 
 /// Two traced tests that run at the same time (Swift Testing runs tests in parallel): each sees only its own events.
-@Suite("Trace isolation between parallel tests", .flowTrace)
+@Suite("Trace isolation between parallel tests", .flowTrace, .ownThread)
 struct TraceIsolationTests {
     static func exercise(_ placement: String) async throws {
         let recorder = try #require(FlowTrace.current)
@@ -61,7 +61,7 @@ struct TraceIsolationTests {
     func second() async throws { try await Self.exercise("onboarding") }
 }
 
-@Suite("Test kit")
+@Suite("Test kit", .ownThread)
 struct FlowTraceTests {
     @Test("concurrent withFlowTrace scopes record disjoint traces, and the sink follows the task-local recorder")
     func concurrentScopes() async throws {
@@ -148,7 +148,7 @@ struct FlowTraceTests {
         #expect(messages.withLock { $0.count } == 3)
     }
 
-    @Test("FLOWSCOPE_ATTACH streams events to /api/ingest as JSON Lines with the bearer token, run = the test name")
+    @Test("FLOWSCOPE_ATTACH streams events to /api/ingest as JSON Lines with the bearer token, run = the test name", .realTime)
     func attach() async throws {
         let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
         defer { server.stop() }
@@ -167,8 +167,8 @@ struct FlowTraceTests {
         for line in lines { #expect(try JSON5.parse(String(line))["run"] == .string(run)) }
     }
 
-    @Test("a test name too long for a run still leaves a trace file and a stream that decode, and long names stay apart")
-    func attachLongNames() async throws {  // "attach…": runs in the serial pass (Makefile)
+    @Test("a test name too long for a run still leaves a trace file and a stream that decode, and long names stay apart", .realTime)
+    func attachLongNames() async throws {
         let dir = Fixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try LoopbackServer { _ in .respond(status: 202, body: Array(#"{"accepted":1}"#.utf8)) }
@@ -211,7 +211,7 @@ struct FlowTraceTests {
         return recorder.attachFailure
     }
 
-    @Test("a server that refuses the stream is reported with its reason: the JSON error body's message, else the body's text")
+    @Test("a server that refuses the stream is reported with its reason: the JSON error body's message, else the body's text", .realTime)
     func attachRefusedReason() async throws {
         let json = try LoopbackServer { _ in
             .respond(status: 400, body: Array(#"{"error":{"status":400,"message":"$[0].run: expected a run name of 1 to 256 bytes"}}"#.utf8))
@@ -229,7 +229,7 @@ struct FlowTraceTests {
                 == "FLOWSCOPE_ATTACH=http://127.0.0.1:\(empty.port)/api/ingest: the server answered 401")
     }
 
-    @Test("a batch refused with 503 is sent again after the wait the server asks, and arrives once")
+    @Test("a batch refused with 503 is sent again after the wait the server asks, and arrives once", .realTime)
     func attachRetriesRefusedBatch() async throws {
         let answered = Atomic<Int>(0)
         let server = try LoopbackServer { _ in
@@ -254,7 +254,7 @@ struct FlowTraceTests {
         #expect(String(decoding: posts[0].body, as: UTF8.self).split(separator: "\n").count == 5, "test.start, 3 events, test.end")
     }
 
-    @Test("a batch still refused after FLOWSCOPE_ATTACH_RETRY seconds is given up and reported with how many events were not delivered")
+    @Test("a batch still refused after FLOWSCOPE_ATTACH_RETRY seconds is given up and reported with how many events were not delivered", .realTime)
     func attachGivesUpAndReports() async throws {
         let server = try LoopbackServer { _ in
             .respond(status: 503, body: Array(#"{"error":{"status":503,"message":"sink sqlite is behind; nothing of this batch was stored; retry after 1 s","retryAfter":1}}"#.utf8))
@@ -268,7 +268,7 @@ struct FlowTraceTests {
         #expect(server.requests.count == 3)
     }
 
-    @Test("a FLOWSCOPE_ATTACH without a scheme is reported as expecting what is accepted: http:// or https://")
+    @Test("a FLOWSCOPE_ATTACH without a scheme is reported as expecting what is accepted: http:// or https://", .realTime)
     func attachBadURL() async throws {
         #expect(await Self.attachFailure("localhost:18446") == "FLOWSCOPE_ATTACH=localhost:18446: expected http://host:port or https://host:port")
         #if canImport(FoundationNetworking)
@@ -278,7 +278,7 @@ struct FlowTraceTests {
         #endif
     }
 
-    @Test("an attach server that is down never fails the test")
+    @Test("an attach server that is down never fails the test", .realTime)
     func attachDown() async throws {
         let env = ["FLOWSCOPE_ATTACH": "http://127.0.0.1:\(LoopbackServer.closedPort())"]
         let count = await withFlowTrace("attach down", environment: env) { () -> Int in
@@ -291,7 +291,7 @@ struct FlowTraceTests {
 }
 
 /// A traced test whose suite and function names together are longer than a run may be.
-@Suite(.flowTrace)
+@Suite(.flowTrace, .ownThread)
 struct TraceOfALongNamedTest {
     @Test func thisTestFunctionHasAVeryLongNameBecauseReviewersNoticedThatLongTestNamesMadeTraceFilesThatFlowScopeItselfRefusedToReplayAndAttachedServersAnsweredWithStatus400SoTheRunNameIsNowCutToTwoHundredAndFiftySixBytesOnACharacterBoundaryWithAShortStableHashSuffixToKeepDistinctNamesDistinct() throws {
         let recorder = try #require(FlowTrace.current)

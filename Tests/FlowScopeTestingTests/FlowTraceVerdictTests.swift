@@ -6,11 +6,12 @@ import FlowJSON
 import FlowScopeStubBackend
 import FlowSim
 import Foundation
+import TestSupport
 import Testing
 
 /// Traced tests that fail on purpose, run only in the child process of ``FlowTraceVerdictTests``
 /// (FLOWSCOPE_DELIBERATE_FAILURES=1): elsewhere they are disabled.
-@Suite(.flowTrace, .enabled(if: ProcessInfo.processInfo.environment["FLOWSCOPE_DELIBERATE_FAILURES"] == "1"))
+@Suite(.flowTrace, .enabled(if: ProcessInfo.processInfo.environment["FLOWSCOPE_DELIBERATE_FAILURES"] == "1"), .ownThread)
 struct DeliberateFailures {
     struct Broken: Error {}
 
@@ -60,7 +61,7 @@ struct DeliberateFailures {
 
 /// The `.flowTrace` trait's verdict and failure output, seen as a user sees them: ``DeliberateFailures``
 /// run in a child process of this test binary, its output and trace files read back.
-@Suite("Test verdicts from Swift Testing")
+@Suite("Test verdicts from Swift Testing", .ownThread)
 struct FlowTraceVerdictTests {
     struct Child {
         var status: Int32
@@ -181,7 +182,7 @@ struct FlowTraceVerdictTests {
     }
 }
 
-@Suite("Test invocations")
+@Suite("Test invocations", .ownThread)
 struct TestInvocationTests {
     @Test("FLOWSCOPE_INVOCATION names the invocation when it is a valid id; otherwise a random 8-hex id")
     func ids() {
@@ -227,7 +228,7 @@ struct TestInvocationTests {
 }
 
 #if os(Linux)
-@Suite("Test verdicts from XCTest (Linux)")
+@Suite("Test verdicts from XCTest (Linux)", .ownThread)
 struct XCTestVerdictTests {
     @Test("an XCTAssert failing in a withFlowTrace body fails its verdict; the test kit's own failure through XCTFail counts once; a clean body passes")
     func xctestVerdicts() throws {
@@ -257,7 +258,7 @@ struct XCTestVerdictTests {
 }
 #endif
 
-@Suite("Test verdicts outside Swift Testing (withFlowTrace)")
+@Suite("Test verdicts outside Swift Testing (withFlowTrace)", .ownThread)
 struct WithFlowTraceVerdictTests {
     struct Broken: Error {}
 

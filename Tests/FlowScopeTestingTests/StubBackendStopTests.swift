@@ -6,7 +6,7 @@ import TestSupport
 
 /// libmicrohttpd aborts the process when its daemon stops while a connection is still suspended
 /// ("MHD_stop_daemon() called while we have suspended connections"), so `stop()` must leave none.
-@Suite("Stub backend: stopping")
+@Suite("Stub backend: stopping", .ownThread)
 struct StubBackendStopTests {
     final class Flag: Sendable {
         private let value = Atomic<Bool>(false)

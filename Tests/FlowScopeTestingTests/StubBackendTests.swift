@@ -5,11 +5,12 @@ import FlowScopeTesting
 import FlowSim
 import FlowTLS
 import Foundation
+import TestSupport
 import Testing
 
 /// Every fault class through FlowClient + HTTPBackend against the libmicrohttpd stub backend on real
 /// sockets: each getFlow ends within loadTimeout + 0.1 s of wall time with the outcome the spec requires.
-@Suite("Stub backend over real sockets", .flowTrace)
+@Suite("Stub backend over real sockets", .flowTrace, .realTime)
 struct StubBackendRealTimeTests {
     static func scenario(targeted fail: String?, defaultFail: String? = nil, latency: Double = 0.05, fallback: Bool = false) throws -> Scenario {
         var rules: [String] = []

@@ -2,11 +2,12 @@ import FlowFetch
 import FlowSim
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// FlowClient over real time: the budgets hold on a real clock (generous margins), and
 /// cancellation and profile switches end calls promptly. Exact timing is tested in virtual time.
-@Suite("FlowClient in real time")
+@Suite("FlowClient in real time", .realTime)
 struct FlowClientRealTimeTests {
     static let audiences: [AudienceDefinition] = [
         AudienceDefinition(name: "ASA", versionId: "av-asa", requiresAttribution: "appleAds",

@@ -1,10 +1,11 @@
+import TestSupport
 import Testing
 @testable import FlowFetch
 @testable import FlowSim
 import FlowJSON
 
 /// Random fault schedules, seeded and deterministic, built as Scenario values and played by the runner.
-@Suite("Timing guarantees under random faults")
+@Suite("Timing guarantees under random faults", .heavy)
 struct PropertyTests {
     struct Rng {
         var ids: SeededIDs
@@ -140,7 +141,7 @@ struct PropertyTests {
     }
 }
 
-@Suite("Interruptions under random faults")
+@Suite("Interruptions under random faults", .heavy)
 struct InterruptionPropertyTests {
     @Test("3,000 random schedules with cancel, identify and restart: every call ends exactly once")
     func interruptions() {

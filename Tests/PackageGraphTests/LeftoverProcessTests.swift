@@ -4,7 +4,7 @@ import Testing
 
 /// `make test` ends with scripts/leftover-processes.sh: any process still carrying the run's
 /// FLOWSCOPE_TEST_RUN id once the suite is over is ended, and the run fails.
-@Suite("Leftover processes")
+@Suite("Leftover processes", .ownThread)
 struct LeftoverProcessTests {
     /// Runs the script for `id`; its exit status and what it printed.
     static func check(_ id: String) throws -> (status: Int32, output: String) {

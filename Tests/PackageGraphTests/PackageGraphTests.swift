@@ -1,11 +1,12 @@
 import FlowJSON
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// The libraries an app and its tests link build wherever Swift runs (iOS, macOS, Linux): nothing they
 /// pull in may be a system library (a C library from a package manager: libmicrohttpd, OpenSSL, SQLite).
-@Suite("Package graph")
+@Suite("Package graph", .ownThread)
 struct PackageGraphTests {
     /// The products that must stay free of system libraries.
     static let portableProducts = ["FlowFetch", "FlowEvents", "FlowScopeTesting"]

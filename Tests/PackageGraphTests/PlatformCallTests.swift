@@ -9,7 +9,7 @@ import Testing
 /// of `#if` that guards it; the checks fail on a call or a C name outside the list, and on a name that
 /// exists on one platform only outside a branch of that platform (`st_mtim` is Glibc's spelling of
 /// Darwin's `st_mtimespec`).
-@Suite("Platform calls")
+@Suite("Platform calls", .ownThread)
 struct PlatformCallTests {
     /// Which platforms a branch of `#if` is compiled for.
     enum Branch: String, CustomStringConvertible {
@@ -417,7 +417,7 @@ struct PlatformCallTests {
 }
 
 /// The workflow for a public CI host is the only place the libraries meet an Apple compiler.
-@Suite("Public CI workflow")
+@Suite("Public CI workflow", .ownThread)
 struct PublicWorkflowTests {
     @Test("the workflow builds the three libraries on macOS and for the iOS Simulator")
     func workflowBuildsTheLibrariesForApplePlatforms() throws {
@@ -432,7 +432,7 @@ struct PublicWorkflowTests {
 
 /// macOS and Windows check a repository out onto case-insensitive file systems by default: two paths
 /// that differ only by case (`plugins/` and `Plugins/`) become one folder there.
-@Suite("Repository paths")
+@Suite("Repository paths", .ownThread)
 struct RepositoryPathTests {
     /// Every path the repository holds (files and the folders above them), from `git ls-files`.
     static func repositoryPaths() throws -> [String] {

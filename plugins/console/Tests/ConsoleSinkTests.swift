@@ -3,6 +3,7 @@ import FlowEvents
 import FlowFetch
 import FlowJSON
 import Synchronization
+import TestSupport
 import Testing
 
 func envelope(_ name: EventName, t: Double, run: String = "live", placement: String? = "main_paywall",
@@ -80,7 +81,7 @@ import Glibc
 import Darwin
 #endif
 
-@Suite("ConsoleSink on real descriptors")
+@Suite("ConsoleSink on real descriptors", .ownThread)
 struct ConsoleDescriptorTests {
     /// Reads what is available on `fd` (non-blocking after the first poll).
     func readAll(_ fd: Int32) -> String {

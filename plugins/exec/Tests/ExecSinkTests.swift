@@ -5,6 +5,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 func tempDirectory() -> String {
@@ -33,7 +34,7 @@ func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
 let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .appendingPathComponent("examples").path
 
-@Suite("ExecSink")
+@Suite("ExecSink", .ownThread)
 struct ExecSinkTests {
     @Test("the program's stdin gets the hello line, then one envelope per line")
     func protocolLines() throws {

@@ -1,6 +1,7 @@
 import FlowEvents
 import Foundation
 import JSONLinesSink
+import TestSupport
 import Testing
 
 /// Polls `condition` every 10 ms until it holds or `seconds` of wall time have passed.
@@ -27,7 +28,7 @@ func uniqueName() -> String { String(UUID().uuidString.prefix(8)) }
 
 /// The `interval` policy's background timer, against wall time: margins are generous (seconds
 /// where the interval is 50 ms) because other processes share the cores.
-@Suite("JSONLinesSink interval fsync")
+@Suite("JSONLinesSink interval fsync", .realTime)
 struct JSONLinesSyncRealTimeTests {
     @Test("the timer syncs written lines within about fsyncInterval, and does nothing while nothing is written")
     func syncsWhatWasWritten() throws {

@@ -3,6 +3,7 @@ import FlowFetch
 import FlowJSON
 import Foundation
 import MetricsSink
+import TestSupport
 import Testing
 
 /// Runs the real `promtool check metrics` (Debian `prometheus` package) on `input`.
@@ -48,7 +49,7 @@ func realisticStream() -> EventStream {
     return s
 }
 
-@Suite("promtool")
+@Suite("promtool", .ownThread)
 struct PromtoolTests {
     @Test("promtool check metrics prints nothing and exits 0 on the sink's Prometheus text after a realistic stream")
     func promtoolAcceptsText() throws {

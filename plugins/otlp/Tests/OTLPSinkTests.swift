@@ -9,7 +9,7 @@ import Testing
 
 func nanos(_ offset: Double) -> UInt64 { unixNanos(1_796_000_000.0 + offset) }
 
-@Suite("OTLP trace assembly")
+@Suite("OTLP trace assembly", .ownThread)
 struct OTLPTraceBuilderTests {
     @Test("a realistic stream becomes one trace per call with request spans and span events")
     func realisticStream() throws {
@@ -172,7 +172,7 @@ struct OTLPTraceBuilderTests {
     }
 }
 
-@Suite("OTLP sink export")
+@Suite("OTLP sink export", .ownThread)
 struct OTLPSinkTests {
     /// Writes the realistic stream through a file-mode sink and returns the file's path.
     func exportToFile(_ dir: String, batchSize: Int) throws -> (path: String, sink: OTLPSink) {

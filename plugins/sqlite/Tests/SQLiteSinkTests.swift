@@ -4,6 +4,7 @@ import FlowJSON
 import Foundation
 import SQLiteSink
 import Synchronization
+import TestSupport
 import Testing
 
 /// A fresh directory under the system temp dir, removed by the caller.
@@ -30,7 +31,7 @@ func envelope(_ seq: UInt64, ts: Double = 1_796_000_000, run: String = "live", n
              span: SpanID(raw: seq * 13 + 5), name: name, placement: placement, attrs: attrs)
 }
 
-@Suite("SQLite event store")
+@Suite("SQLite event store", .ownThread)
 struct SQLiteSinkTests {
     @Test("envelopes come back with every field, unicode and nested attributes intact")
     func roundTrip() throws {
