@@ -103,7 +103,7 @@ final class CountingMetricsSink: EventSink, MetricsExposing {
     }
 }
 
-@Suite("serve finds its parts by capability: outside sinks back the dashboard API and /metrics")
+@Suite("serve finds its parts by capability: outside sinks back the dashboard API and /metrics", .ownThread)
 struct OutsideSinksTests {
     static let factories: [any SinkFactory] = [ListStore.Factory(), CountingMetricsSink.Factory()]
     static let events: [JSONValue] = [

@@ -173,7 +173,7 @@ func compare(_ call: Call, with r: ReproducedCall, durationTolerance: Double = 0
     return problems
 }
 
-@Suite("flowscope reproduce", .serialized)
+@Suite("flowscope reproduce", .serialized, .heavy)
 struct ReproduceTests {
     static let recorded = recordedRun(sessions: 260, seed: 34)
 
@@ -456,7 +456,7 @@ struct ReproduceTests {
 }
 
 /// Real time on real sockets: in the serial pass (Makefile SERIAL matches `RealTime`), where timers fire on time.
-@Suite("flowscope reproduce of real-time calls")
+@Suite("flowscope reproduce of real-time calls", .realTime)
 struct ReproduceRealTimeTests {
     @Test("calls of a real FlowClient against the stub backend on real sockets, with hangs, 503s, resets and malformed bodies, are reproduced: same result, duration within the timer slack")
     func realSocketCallsAreReproduced() async throws {

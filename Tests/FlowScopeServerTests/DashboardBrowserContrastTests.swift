@@ -10,7 +10,7 @@ import Glibc
 /// WCAG AA contrast of every text the page renders, measured in headless Chromium over the whole page in
 /// both themes while live traffic flows. (Type name contains "DashboardBrowser": the Makefile runs these
 /// serially.)
-@Suite("Dashboard contrast of every text in a real browser, with live traffic", .serialized)
+@Suite("Dashboard contrast of every text in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserContrastTests {
     /// Every rendered text node (and each select's shown option, each input's value and placeholder):
     /// its effective colour (its own alpha, the opacity of its ancestors) against the background composited

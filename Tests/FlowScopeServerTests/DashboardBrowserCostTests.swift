@@ -12,7 +12,7 @@ import Glibc
 /// `Performance.getMetrics` (the main thread's task time over a window of wall time), at the demo's rate,
 /// at 2,000 events/s and with no traffic. (Type name contains "DashboardBrowser": the Makefile runs
 /// these serially.)
-@Suite("Dashboard cost of keeping it open in a real browser", .serialized)
+@Suite("Dashboard cost of keeping it open in a real browser", .serialized, .heavy)
 struct DashboardBrowserCostTests {
     /// The share of `seconds` of wall time the page's main thread was busy (TaskDuration, in the thread's
     /// CPU time), and the script, style and layout parts of it.

@@ -10,7 +10,7 @@ import Glibc
 /// Answers other than 2xx in headless Chromium while live traffic flows: each is shown where the data
 /// would be, and a refused filter is not sent again. (Type name contains "DashboardBrowser": the
 /// Makefile runs these serially.)
-@Suite("Dashboard errors in a real browser, with live traffic", .serialized)
+@Suite("Dashboard errors in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserErrorTests {
     /// Requests of the filtered view the page has sent (`/api/calls?...`).
     static let callRequests = "performance.getEntriesByType('resource').filter((r) => r.name.includes('/api/calls?')).length"

@@ -9,7 +9,7 @@ import Glibc
 
 /// The keyboard in headless Chromium while live traffic flows: the focus holds a panel as the pointer
 /// does. (Type name contains "DashboardBrowser": the Makefile runs these serially.)
-@Suite("Dashboard keyboard focus in a real browser, with live traffic", .serialized)
+@Suite("Dashboard keyboard focus in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserFocusTests {
     /// The focused waterfall row: its trace and its top in the viewport, or nil.
     static let focusedRow = """

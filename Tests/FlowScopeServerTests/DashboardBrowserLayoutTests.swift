@@ -10,7 +10,7 @@ import Glibc
 /// Long values in headless Chromium while live traffic flows: nothing widens the page, long text is cut
 /// with an ellipsis and kept whole in its title. (Type name contains "DashboardBrowser": the Makefile
 /// runs these serially.)
-@Suite("Dashboard layout with long values in a real browser, with live traffic", .serialized)
+@Suite("Dashboard layout with long values in a real browser, with live traffic", .serialized, .heavy)
 struct DashboardBrowserLayoutTests {
     /// What is wider than it may be: the page, and any table or chart wrapper wider than its box.
     static let overflow = """

@@ -10,7 +10,7 @@ import Glibc
 
 /// The time range in headless Chromium: a custom from/to in the page, and a range the server's bound
 /// cuts said in the panels. (Type name contains "DashboardBrowser": the Makefile runs these serially.)
-@Suite("Dashboard time range in a real browser", .serialized)
+@Suite("Dashboard time range in a real browser", .serialized, .heavy)
 struct DashboardBrowserRangeTests {
     @Test("From … to … in the page is in the URL, asked of the server as from and to, and reopens; a run or range cut by the server's bound says so in the placements panel (and with a filter the histogram), an uncut one says nothing")
     func customRangeAndCut() throws {

@@ -110,7 +110,7 @@ struct DashboardBrowserTestRunsTests {
 }
 
 /// "Reproduce as scenario" in the call detail, in headless Chromium.
-@Suite("Dashboard in a real browser: reproducing a call", .serialized)
+@Suite("Dashboard in a real browser: reproducing a call", .serialized, .heavy)
 struct DashboardBrowserReproduceTests {
     /// A traced test's events: a getFlow whose targeted request hangs and whose default audience answers.
     static func recordedCall() async throws -> [Envelope] {
