@@ -455,7 +455,7 @@ struct ReproduceTests {
     }
 }
 
-/// Real time on real sockets: in the serial pass (Makefile SERIAL matches `RealTime`), where timers fire on time.
+/// Real time on real sockets: `.realTime` runs it with no other traited test beside it and the pool quiet, so timers fire on time.
 @Suite("flowscope reproduce of real-time calls", .realTime)
 struct ReproduceRealTimeTests {
     @Test("calls of a real FlowClient against the stub backend on real sockets, with hangs, 503s, resets and malformed bodies, are reproduced: same result, duration within the timer slack")
