@@ -123,7 +123,7 @@ struct DashboardBrowserContrastTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         _ = try stack.ingest(DemoCalls.call(run: "test:checkout", placement: "checkout", t: 1, source: "cache", duration: 0.1))
         let (browser, traffic) = (try DashboardBrowserDebuggerTests.openPage(chromium, stack),
-                                  LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2))
+                                  stack.liveTraffic(interval: 0.2))
         defer { browser.close(); traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
 

@@ -58,7 +58,7 @@ struct DashboardBrowserCostTests {
         _ = try browser.command("Performance.enable", ["timeDomain": "threadTicks"])
 
         // The demo's rate: a call (4 events) every 80 ms.
-        let demo = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.08)
+        let demo = stack.liveTraffic(interval: 0.08)
         defer { demo.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
         usleep(1_500_000)

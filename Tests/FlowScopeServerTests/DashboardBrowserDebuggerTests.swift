@@ -30,7 +30,7 @@ struct DashboardBrowserDebuggerTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         for i in 0..<12 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "warmup_\(i)", t: Double(100 + i), source: "network", duration: 0.3)) }
         let browser = try openPage(chromium, stack)
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
+        let traffic = stack.liveTraffic()
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"), "live traffic reached the waterfall")
         return (stack, browser, traffic)
     }
@@ -115,7 +115,7 @@ struct DashboardBrowserDebuggerTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try Self.openPage(chromium, stack)
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value)
+        let traffic = stack.liveTraffic()
         defer { traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
 
@@ -153,7 +153,7 @@ struct DashboardBrowserDebuggerTests {
         let browser = try Self.openPage(chromium, stack)
         defer { browser.close() }
         // Four calls a second: a redraw after each Tab, and a focused row stays among the 24 shown.
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.25)
+        let traffic = stack.liveTraffic(interval: 0.25)
         defer { traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
 

@@ -49,7 +49,7 @@ struct DashboardBrowserErrorTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.1)
+        let traffic = stack.liveTraffic(interval: 0.1)
         defer { traffic.stop() }
         _ = try browser.evaluate("performance.setResourceTimingBufferSize(100000)")
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))

@@ -77,7 +77,7 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.1)
+        let traffic = stack.liveTraffic(interval: 0.1)
         defer { traffic.stop() }
         _ = try browser.evaluate("performance.setResourceTimingBufferSize(100000)") // count every request below
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-source=\"network\"]').length > 2"))
@@ -176,7 +176,7 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.05, limit: 60)
+        let traffic = stack.liveTraffic(interval: 0.05, limit: 60)
         defer { traffic.stop() }
         try Self.setFilter(browser, "f-call", "getFlow")
         #expect(try browser.waitFor("location.hash.includes('callName=getFlow')"))
@@ -225,7 +225,7 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(DemoCalls.sample(run: "live"))
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        let traffic = stack.liveTraffic(interval: 0.2)
         defer { traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call[data-placement^=\"live_\"]').length > 0"))
         try Self.setFilter(browser, "f-range", "5m")
@@ -266,7 +266,7 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(events)
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Arange")
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.3)
+        let traffic = stack.liveTraffic(interval: 0.3)
         defer { traffic.stop() }
         let rows = "[...document.querySelectorAll('#waterfall g.wf-call')].map((g) => g.dataset.placement).sort().join(' ')"
         #expect(try browser.waitFor("\(rows) === 'new_0 new_1 old_0 old_1 old_2'"))
@@ -287,7 +287,7 @@ struct DashboardBrowserFilterTests {
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
         defer { browser.close() }
         // Live traffic of another run flows meanwhile.
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        let traffic = stack.liveTraffic(interval: 0.2)
         defer { traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 11"))
         let svg = "document.querySelector('#waterfall-chart svg')"
@@ -342,7 +342,7 @@ struct DashboardBrowserFilterTests {
         _ = try stack.ingest(Self.zoomRun)
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
         defer { browser.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        let traffic = stack.liveTraffic(interval: 0.2)
         defer { traffic.stop() }
         #expect(try browser.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 10"))
         let svg = "document.querySelector('#waterfall-chart svg')"
@@ -424,7 +424,7 @@ struct DashboardBrowserFilterTests {
         defer { keys.close() }
         let buttons = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=test%3Azoom")
         defer { buttons.close() }
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        let traffic = stack.liveTraffic(interval: 0.2)
         defer { traffic.stop() }
         for page in [keys, buttons] { #expect(try page.waitFor("document.querySelectorAll('#waterfall g.wf-call').length === 10")) }
 

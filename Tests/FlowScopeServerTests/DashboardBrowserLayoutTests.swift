@@ -34,7 +34,7 @@ struct DashboardBrowserLayoutTests {
         let trace = try #require(longCall.first?["trace"]?.stringValue)
         _ = try stack.ingest(longCall)
         try stack.waitForFetches(placement: long, count: 1)
-        let traffic = LiveTraffic(port: stack.fixture.port, token: stack.fixture.token.value, interval: 0.2)
+        let traffic = stack.liveTraffic(interval: 0.2)
         defer { traffic.stop() }
         let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack)
         defer { browser.close() }

@@ -402,6 +402,11 @@ final class DashboardStack {
         return Int(try JSON5.parse(reply.text)["accepted"]?.numberValue ?? -1)
     }
 
+    /// Live calls ingested into this stack every `interval` seconds, `limit` at most, until stopped.
+    func liveTraffic(interval: Double = 0.08, limit: Int = 1500) -> LiveTraffic {
+        LiveTraffic(port: fixture.port, token: fixture.token.value, interval: interval, limit: limit)
+    }
+
     /// Waits until /api/placements counts `count` fetches of `placement` (the pipeline is asynchronous).
     func waitForFetches(placement: String, count: Int, timeout: Double = 10) throws {
         let deadline = Date().addingTimeInterval(timeout)
