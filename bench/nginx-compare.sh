@@ -10,8 +10,10 @@
 # state) ingests them, so /metrics has a realistic body that no live traffic changes during the
 # runs. Its /metrics body and /healthz body are copied into nginx's root; nginx gets serve's
 # certificate and key, `worker_processes 2` (one per core, as libmicrohttpd's thread pool) and
-# the same request headers. Each round runs wrk against flowscope then nginx for each path; the
-# script prints requests/s per round, the median per path and the median of the per-round ratios.
+# the same request headers. Each round runs wrk against flowscope then nginx for each path,
+# recording requests/s and the server's CPU time per request (user + system of its processes, from
+# /proc/PID/stat); the script prints every round, the medians per path and the median of the
+# per-round ratios.
 # Everything started here is ended on exit, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +65,7 @@ cat >"$work/flowscope.json5" <<CONF
 }
 CONF
 "$bin" serve --config "$work/flowscope.json5" --port 0 --no-demo --state-dir "$work/state" >"$work/serve.log" 2>&1 &
-pids+=("$!")
+fpid=$!; pids+=("$fpid")
 fport=$(port_of "$work/serve.log")
 token=$(cat "$work/state/token")
 ca="$work/state/tls/cert.pem"
@@ -112,20 +114,37 @@ echo "body: /metrics $(wc -c <"$work/www/metrics") bytes ($(grep -vc '^#' "$work
 echo "cipher: flowscope $(openssl s_client -connect 127.0.0.1:$fport </dev/null 2>/dev/null | sed -n 's/.*Cipher is //p' | head -n 1)," \
      "nginx $(openssl s_client -connect 127.0.0.1:$nport </dev/null 2>/dev/null | sed -n 's/.*Cipher is //p' | head -n 1)"
 
-rps() { wrk -t2 -c50 -d"${seconds}s" -H "Accept: text/plain" "$1" | awk '/^Requests\/sec/ {print $2}'; }
+# CPU time (user + system, clock ticks) of the given processes and their threads so far.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+hz=$(getconf CLK_TCK)
+# One wrk run against $1 while measuring the processes $2...: prints req/s and us of CPU per request.
+measure() {
+    local url=$1; shift
+    local before after out
+    before=$(ticks "$@")
+    out=$(wrk -t2 -c50 -d"${seconds}s" -H "Accept: text/plain" "$url")
+    after=$(ticks "$@")
+    echo "$out" | awk -v cpu=$((after - before)) -v hz="$hz" '
+        /requests in/ { n = $1 } /^Requests\/sec/ { r = $2 }
+        END { printf "%s %.1f\n", r, (n > 0 ? cpu / hz * 1e6 / n : 0) }'
+}
+nginx_pids=$(cat "$work/nginx.pid" && pgrep -P "$(cat "$work/nginx.pid")")
 declare -A results
 for round in $(seq "$rounds"); do
     for path in metrics healthz; do
-        f=$(rps "https://127.0.0.1:$fport/$path")
-        n=$(rps "https://127.0.0.1:$nport/$path")
-        results[$path]+="$f $n;"
-        printf 'round %d /%s: flowscope %s req/s, nginx %s req/s, ratio %.2f\n' "$round" "$path" "$f" "$n" "$(echo "$f / $n" | bc -l)"
+        read -r f fc <<<"$(measure "https://127.0.0.1:$fport/$path" "$fpid")"
+        # shellcheck disable=SC2086
+        read -r n nc <<<"$(measure "https://127.0.0.1:$nport/$path" $nginx_pids)"
+        results[$path]+="$f $n $fc $nc;"
+        printf 'round %d /%s: flowscope %s req/s %s us CPU/request, nginx %s req/s %s us CPU/request, ratio %.2f\n' \
+            "$round" "$path" "$f" "$fc" "$n" "$nc" "$(echo "$f / $n" | bc -l)"
     done
 done
 for path in metrics healthz; do
-    echo "${results[$path]}" | tr ';' '\n' | awk -v path="$path" 'NF == 2 { f[++n] = $1; g[n] = $2; r[n] = $1 / $2 }
+    echo "${results[$path]}" | tr ';' '\n' | awk -v path="$path" 'NF == 4 { f[++n] = $1; g[n] = $2; r[n] = $1 / $2; fc[n] = $3; gc[n] = $4 }
         function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-        END { printf "/%s: median flowscope %.0f req/s, nginx %.0f req/s, median ratio %.2fx over %d rounds\n", path, median(f, n), median(g, n), median(r, n), n }'
+        END { printf "/%s: median flowscope %.0f req/s %.1f us CPU/request, nginx %.0f req/s %.1f us CPU/request, median ratio %.2fx over %d rounds\n",
+                  path, median(f, n), median(fc, n), median(g, n), median(gc, n), median(r, n), n }'
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -73,6 +73,41 @@ struct ResponseBodyTests {
         #expect(failures == 0)
     }
 
+    @Test("an answer repeating a body's storage is queued from the kept response, byte for byte; new bodies of the same size and headers are never mistaken for it; stop gives every kept body back")
+    func keptResponses() throws {
+        let constant = Self.body(number: 1, count: 20_000)
+        let other = Self.body(number: 2, count: 20_000)
+        let fixture = try ServerFixture { router in
+            router.get("/constant") { _ in Response(status: 200, headers: [("Content-Type", "application/octet-stream")], body: constant) }
+            router.get("/other") { _ in Response(status: 200, headers: [("Content-Type", "application/octet-stream")], body: other) }
+            router.get("/fresh") { request in
+                // A new array per request, same size and header fields as the constant ones.
+                Response(status: 200, headers: [("Content-Type", "application/octet-stream")],
+                         body: Self.body(number: Int(request.query("n") ?? "") ?? 0, count: 20_000))
+            }
+            router.get("/typed") { _ in Response(status: 200, headers: [("Content-Type", "text/plain")], body: constant) }
+        }
+        let connections = try (0..<2).map { _ in try fixture.connect() }
+        for round in 0..<40 {
+            let c = connections[round % 2]
+            let constantReply = try c.request("GET", "/constant")
+            #expect(constantReply.body == constant, "round \(round): /constant")
+            #expect(try c.request("GET", "/other").body == other, "round \(round): /other")
+            #expect(try c.request("GET", "/fresh?n=\(100 + round)").body == Self.body(number: 100 + round, count: 20_000),
+                    "round \(round): /fresh")
+            // Same body, other header fields: its own response.
+            let typed = try c.request("GET", "/typed")
+            #expect(typed.body == constant && typed.header("content-type") == "text/plain", "round \(round): /typed")
+            #expect(constantReply.header("content-type") == "application/octet-stream")
+        }
+        // /constant, /other and /typed repeat 39 times each and stay kept (used more recently than
+        // the /fresh entries, which never repeat and are evicted first).
+        #expect(fixture.server.keptResponseHits == 3 * 39)
+        #expect(Self.settles(fixture.server), "response bodies still held beyond the kept ones")
+        fixture.server.stop()
+        #expect(fixture.server.liveResponseBodies == 0, "kept bodies not given back at stop")
+    }
+
     @Test("the server gives every lent body back once its response is sent or its connection dropped")
     func storageReleased() throws {
         let fixture = try ServerFixture { router in

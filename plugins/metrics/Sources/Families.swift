@@ -20,6 +20,15 @@ public protocol MetricFamily: AnyObject, Sendable {
     var seriesCount: Int { get }
     /// Appends the family (HELP, TYPE, every series) in `format` to `out`.
     func write(to out: inout [UInt8], format: Exposition.Format)
+    /// Appends the series count and every value `write` would write to `state`, so the registry can
+    /// reuse its last render while no value changed; returns false if the family cannot say (it is
+    /// then rendered on every scrape). The default returns false.
+    func snapshot(into state: inout [UInt64]) -> Bool
+}
+
+extension MetricFamily {
+    /// Cannot say: the registry renders on every scrape.
+    public func snapshot(into state: inout [UInt64]) -> Bool { false }
 }
 
 /// A counter: one atomic add per increment, no lock.
@@ -232,6 +241,7 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
     func withRows(_ body: (UnsafeBufferPointer<Row>) -> Void) {
         state.withLock { s in s.rows.withUnsafeBufferPointer { body($0) } }
     }
+
 }
 
 /// What every family kind shares: name, help, label names, unit and label value limits, validated.
@@ -350,6 +360,15 @@ public final class CounterFamily: MetricFamily {
     /// The counter for these label values (in `labelNames` order).
     public func labels(_ values: [String]) -> Counter { table.child(values, make: Counter.init) }
 
+    /// Appends the series count and every counter's value.
+    public func snapshot(into state: inout [UInt64]) -> Bool {
+        table.withRows { rows in
+            state.append(UInt64(rows.count))
+            for i in rows.indices { state.append(rows[i].child.storage.load(ordering: .relaxed)) }
+        }
+        return true
+    }
+
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
         let texts = self.texts[format.textIndex]
@@ -413,6 +432,15 @@ public final class GaugeFamily: MetricFamily {
     public func labels(_ values: String...) -> Gauge { labels(values) }
     /// The gauge for these label values (in `labelNames` order).
     public func labels(_ values: [String]) -> Gauge { table.child(values, make: Gauge.init) }
+
+    /// Appends the series count and every gauge's value (its bits).
+    public func snapshot(into state: inout [UInt64]) -> Bool {
+        table.withRows { rows in
+            state.append(UInt64(rows.count))
+            for i in rows.indices { state.append(rows[i].child.bits.load(ordering: .relaxed)) }
+        }
+        return true
+    }
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.
     public func write(to out: inout [UInt8], format: Exposition.Format) {
@@ -490,6 +518,19 @@ public final class HistogramFamily: MetricFamily {
     public func labels(_ values: [String]) -> Histogram {
         let bounds = buckets
         return table.child(values) { Histogram(upperBounds: bounds) }
+    }
+
+    /// Appends the series count and every histogram's bucket counts and sum.
+    public func snapshot(into state: inout [UInt64]) -> Bool {
+        table.withRows { rows in
+            state.append(UInt64(rows.count))
+            for i in rows.indices {
+                let counts = rows[i].child.counts
+                for k in counts.indices { state.append(counts[k].value.load(ordering: .relaxed)) }
+                state.append(rows[i].child.sumBits.load(ordering: .relaxed))
+            }
+        }
+        return true
     }
 
     /// Appends HELP, TYPE and every series, sorted by label values, in `format`.

@@ -37,6 +37,14 @@ public final class MetricsRegistry: Sendable {
     let collectors = Mutex<[@Sendable () -> Void]>([])
     /// The size of the last render, to reserve the next one's array at once.
     let lastSize = Atomic<Int>(4096)
+    /// The last render per format with the values it was rendered from (see `render(format:)`).
+    let lastRender = Mutex<[Exposition.Format: Rendered]>([:])
+
+    struct Rendered {
+        /// Every family's `snapshot` while the body was rendered.
+        var state: [UInt64]
+        var body: [UInt8]
+    }
 
     /// An empty registry.
     public init() {}
@@ -94,19 +102,43 @@ public final class MetricsRegistry: Sendable {
         collectors.withLock { $0.append(collect) }
     }
 
-    /// Every family and series in `format`, as bytes: a fresh array per call, so concurrent
-    /// scrapes never wait for each other.
+    /// Every family and series in `format`, as bytes. The collectors run on every call; when no
+    /// family's values changed since the last render in `format` (every family's `snapshot` equal),
+    /// that render's bytes are returned again, shared, not copied; otherwise the body is rendered
+    /// anew (concurrent scrapes render side by side, never waiting for each other).
     public func render(format: Exposition.Format = .prometheusText) -> [UInt8] {
+        runCollectors()
+        let families = self.families
+        let before = Self.snapshot(families)
+        if let before, let last = lastRender.withLock({ $0[format] }), last.state == before { return last.body }
         var out: [UInt8] = []
         out.reserveCapacity(lastSize.load(ordering: .relaxed) + 1024)
-        write(to: &out, format: format)
+        write(families, to: &out, format: format)
         lastSize.store(out.count, ordering: .relaxed)
+        // Kept only if nothing changed while rendering, so the bytes are exactly those values.
+        if let before, Self.snapshot(families) == before {
+            lastRender.withLock { $0[format] = Rendered(state: before, body: out) }
+        }
         return out
     }
 
-    /// Runs the collectors, then appends every family in name order (and `# EOF` in OpenMetrics).
-    private func write(to out: inout [UInt8], format: Exposition.Format) {
+    /// Every family's values in order, or nil when a family cannot give them.
+    static func snapshot(_ families: [any MetricFamily]) -> [UInt64]? {
+        var state: [UInt64] = []
+        state.reserveCapacity(1024)
+        for family in families {
+            state.append(UInt64(UInt(bitPattern: ObjectIdentifier(family).hashValue)))
+            guard family.snapshot(into: &state) else { return nil }
+        }
+        return state
+    }
+
+    private func runCollectors() {
         for collect in collectors.withLock({ $0 }) { collect() }
+    }
+
+    /// Appends `families` in their order (the registry's: by name), and `# EOF` in OpenMetrics.
+    private func write(_ families: [any MetricFamily], to out: inout [UInt8], format: Exposition.Format) {
         for family in families { family.write(to: &out, format: format) }
         if format == .openMetrics { out.append(contentsOf: "# EOF\n".utf8) }
     }
@@ -122,7 +154,8 @@ public final class MetricsRegistry: Sendable {
         buffer.withLock { out in
             out.removeAll(keepingCapacity: true)
             if out.capacity < 4096 { out.reserveCapacity(4096) }
-            write(to: &out, format: format)
+            runCollectors()
+            write(families, to: &out, format: format)
             return out.withUnsafeBufferPointer(body)
         }
     }
