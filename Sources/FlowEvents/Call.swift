@@ -181,13 +181,16 @@ public struct CallFold: Sendable {
     /// How many of the traces are calls (`calls.count`, without building the list).
     public var callCount: Int { folded.reduce(0) { $1.isCall ? $0 + 1 : $0 } }
 
-    /// Adds one envelope.
-    public mutating func add(_ e: Envelope) {
+    /// Adds one envelope; returns the index of its trace in `traces`.
+    @discardableResult
+    public mutating func add(_ e: Envelope) -> Int {
         add(e.event, seq: e.seq, ts: e.ts, run: e.run)
     }
 
-    /// Adds one engine event with its envelope's seq, wall clock and run.
-    public mutating func add(_ e: EngineEvent, seq: UInt64, ts: Double, run: String) {
+    /// Adds one engine event with its envelope's seq, wall clock and run; returns the index of its
+    /// trace in `traces`.
+    @discardableResult
+    public mutating func add(_ e: EngineEvent, seq: UInt64, ts: Double, run: String) -> Int {
         let index: Int
         if let i = byTrace[e.trace] {
             index = i
@@ -199,6 +202,7 @@ public struct CallFold: Sendable {
             openRequests.append([:])
         }
         if Self.add(e, seq: seq, ts: ts, to: &folded[index], requests: &openRequests[index]) { folded[index].isCall = true }
+        return index
     }
 
     /// Folds `envelopes` (in seq order) into calls, newest call (highest last seq) first.

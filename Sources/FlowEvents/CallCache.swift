@@ -60,10 +60,41 @@ public final class CallCache: Sendable {
         var complete = true
         var generation: UInt64 = 0
         var used: UInt64 = 0
-        /// The calls' indices newest first, computed once per generation.
+        /// The calls' indices newest first, brought up to date with `touched` once per generation.
         var newest: [Int]?
+        /// Traces that received events since `newest` was brought up to date.
+        var touched: Set<Int> = []
         var totals: CallQuery.Result?
         var placements: (bounds: CallStatistics.Bounds, answer: CallQuery.Placements)?
+        /// The unfiltered placements answer kept call by call, and the traces changed since it was
+        /// brought up to date; `liveOff` once a bound made it give way to computing at once.
+        var live: LiveStatistics?
+        var changed: Set<Int> = []
+        var liveOff = false
+
+        /// The unfiltered placements answer from `live`, brought up to date (built at first); nil
+        /// when it cannot give it (see ``LiveStatistics``).
+        mutating func livePlacements(bounds: CallStatistics.Bounds, run: String?, coverage: Coverage) -> CallQuery.Placements? {
+            guard !liveOff else { return nil }
+            let traces = fold.traces
+            if var kept = live, kept.bounds == bounds {
+                live = nil // uniquely referenced while it changes
+                let applied = traces.withUnsafeBufferPointer { buffer in changed.allSatisfy { kept.apply(buffer[$0], at: $0) } }
+                changed = []
+                if applied {
+                    live = kept
+                    return kept.answer(run: run, coverage: coverage)
+                }
+            }
+            changed = []
+            guard let built = LiveStatistics(traces: traces, bounds: bounds) else {
+                live = nil
+                liveOff = true
+                return nil
+            }
+            live = built
+            return built.answer(run: run, coverage: coverage)
+        }
     }
 
     private struct State {
@@ -82,6 +113,9 @@ public final class CallCache: Sendable {
     /// Runs held now.
     public var count: Int { state.withLock { $0.entries.count } }
 
+    /// Runs whose placements answer is kept call by call now (a test hook).
+    var liveRuns: Int { state.withLock { $0.entries.values.reduce(0) { $0 + ($1.live != nil ? 1 : 0) } } }
+
     /// The calls of `run` (every run when nil) in `store`, brought up to date. A store that is not a
     /// class instance has no identity to keep its calls by: it is folded afresh on every call.
     public func snapshot(of store: any EventStore, run: String?) -> Snapshot {
@@ -99,13 +133,13 @@ public final class CallCache: Sendable {
             if update(&entry, store: answering, run: run) {
                 state.generations += 1
                 entry.generation = state.generations
-                entry.newest = nil
                 entry.totals = nil
                 entry.placements = nil
             }
             entry.used = state.clock
-            let newest = entry.newest ?? Self.newestFirst(entry.fold)
+            let newest = Self.newestFirst(entry.fold, after: entry.newest, touched: entry.touched)
             entry.newest = newest
+            entry.touched = []
             let snapshot = Snapshot(traces: entry.fold.traces, newest: newest, coverage: coverage(entry), generation: entry.generation, key: key)
             state.entries[key] = entry
             if state.entries.count > limits.maxRuns, let oldest = state.entries.min(by: { $0.value.used < $1.value.used })?.key {
@@ -125,6 +159,23 @@ public final class CallCache: Sendable {
         }
     }
 
+    /// `newestFirst(fold)`, from `newest` (that order before the events that touched the traces of
+    /// `touched`) when there is one: every touched call has a newer last event than every untouched
+    /// one (events are folded in seq order), so the touched calls come first, newest first, and
+    /// the untouched keep their order.
+    static func newestFirst(_ fold: CallFold, after newest: [Int]?, touched: Set<Int>) -> [Int] {
+        guard let newest else { return newestFirst(fold) }
+        if touched.isEmpty { return newest }
+        let traces = fold.traces
+        return traces.withUnsafeBufferPointer { buffer in
+            var order = Array(touched.filter { buffer[$0].isCall })
+            order.sort { buffer[$0].lastSeq != buffer[$1].lastSeq ? buffer[$0].lastSeq > buffer[$1].lastSeq : $0 < $1 }
+            order.reserveCapacity(order.count + newest.count)
+            for i in newest where !touched.contains(i) { order.append(i) }
+            return order
+        }
+    }
+
     /// The unfiltered calls answer of `snapshot`, computed by `compute` once per generation.
     func totals(_ snapshot: Snapshot, _ compute: () -> CallQuery.Result) -> CallQuery.Result {
         if let key = snapshot.key, let kept = state.withLock({ state in
@@ -137,10 +188,17 @@ public final class CallCache: Sendable {
         return result
     }
 
-    /// The unfiltered placements answer of `snapshot` within `bounds`, computed by `compute` once per generation.
+    /// The unfiltered placements answer of `snapshot` within `bounds`, once per generation: kept call
+    /// by call (``LiveStatistics``), else computed by `compute`.
     func placements(_ snapshot: Snapshot, bounds: CallStatistics.Bounds, _ compute: () -> CallQuery.Placements) -> CallQuery.Placements {
-        if let key = snapshot.key, let kept = state.withLock({ state in
-            state.entries[key].flatMap { $0.generation == snapshot.generation && $0.placements?.bounds == bounds ? $0.placements?.answer : nil }
+        if let key = snapshot.key, let kept = state.withLock({ state -> CallQuery.Placements? in
+            guard var entry = state.entries.removeValue(forKey: key) else { return nil }
+            defer { state.entries[key] = entry }
+            guard entry.generation == snapshot.generation else { return nil }
+            if let kept = entry.placements, kept.bounds == bounds { return kept.answer }
+            guard let answer = entry.livePlacements(bounds: bounds, run: key.run, coverage: snapshot.coverage) else { return nil }
+            entry.placements = (bounds, answer)
+            return answer
         }) { return kept }
         let answer = compute()
         if let key = snapshot.key {
@@ -168,7 +226,9 @@ public final class CallCache: Sendable {
                 page = store.events(since: nil, limit: limits.maxEvents / 2, run: run, placement: nil, name: nil)
             }
             for e in page where entry.events == 0 || e.seq > entry.lastSeq {
-                entry.fold.add(e)
+                let trace = entry.fold.add(e)
+                if entry.newest != nil { entry.touched.insert(trace) }
+                if entry.live != nil { entry.changed.insert(trace) }
                 entry.lastSeq = max(entry.lastSeq, e.seq)
                 entry.events += 1
                 if entry.firstSeq == nil { entry.firstSeq = e.seq; entry.from = e.ts }

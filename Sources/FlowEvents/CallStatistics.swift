@@ -23,8 +23,10 @@ public struct DurationPercentiles: Sendable, Hashable {
     public var samples: Int
 
     /// The percentiles of `durations` (any order).
-    public init(_ durations: [Double]) {
-        let sorted = durations.sorted()
+    public init(_ durations: [Double]) { self.init(sorted: durations.sorted()) }
+
+    /// The percentiles of `sorted` (ascending).
+    init(sorted: [Double]) {
         p50 = Self.nearestRank(sorted, 0.5)
         p95 = Self.nearestRank(sorted, 0.95)
         samples = sorted.count
@@ -156,28 +158,11 @@ public enum CallStatistics {
 
     /// Totals over `calls[i]` for each `i` of `indices` (each call read in place, never copied).
     static func totals(_ calls: [Call], _ indices: [Int], placement: String?) -> CallTotals {
-        var t = CallTotals()
-        var durations: [Double] = []
+        var t = Tally()
         calls.withUnsafeBufferPointer { buffer in
-            for i in indices { add(buffer[i], to: &t, durations: &durations, placement: placement) }
+            for i in indices { t.add(totalShare(of: buffer[i], placement: placement), sources: nil) }
         }
-        t.duration = DurationPercentiles(durations)
-        return t
-    }
-
-    private static func add(_ c: borrowing Call, to t: inout CallTotals, durations: inout [Double], placement: String?) {
-        let concerns = placement.map { c.concerns($0) } ?? true
-        if concerns {
-            t.calls += 1
-            if !c.finished { t.open += 1 }
-        }
-        t.errors += errors(of: c, placement: placement)
-        for timeout in c.timeouts where placement == nil || (timeout.placement ?? c.placement) == placement { t.timeouts += 1 }
-        guard concerns, c.kind == .fetch, c.finished else { return }
-        t.fetches += 1
-        if c.targetingLost { t.targetingLost += 1 }
-        if c.errorCode == nil, let s = c.source { t.sources[s, default: 0] += 1 }
-        if let d = c.duration { durations.append(d) }
+        return t.totals()
     }
 
     /// Statistics per placement over `calls`, sorted by placement; with `placement`, that one only.
@@ -189,7 +174,7 @@ public enum CallStatistics {
 
     /// ``placements(_:placement:bounds:)`` over `calls[i]` for each `i` of `indices` (read in place).
     static func placements(_ calls: [Call], _ indices: [Int], placement only: String?, bounds: Bounds) -> [PlacementStatistics] {
-        var rows: [Row] = [], keys: [String] = []
+        var rows: [Tally] = [], keys: [String] = []
         var rowOf: [String: Int] = [:] // row key -> its index in rows
         var names: [String: Int] = [:] // placement -> its row's index
         func key(_ p: String) -> Int {
@@ -200,7 +185,7 @@ public enum CallStatistics {
                 index = existing
             } else {
                 index = rows.count
-                rows.append(Row())
+                rows.append(Tally())
                 keys.append(k)
                 rowOf[k] = index
             }
@@ -214,54 +199,159 @@ public enum CallStatistics {
                 order.sort { buffer[$0].firstSeq != buffer[$1].firstSeq ? buffer[$0].firstSeq < buffer[$1].firstSeq : $0 < $1 }
             }
             for i in order {
-                if let own = buffer[i].placement {
-                    if only == nil || only == own { rows[key(own)].add(buffer[i], placement: own, bounds: bounds) }
-                } else if buffer[i].kind == .fetch && only == nil {
-                    rows[key("_none")].add(buffer[i], placement: "_none", bounds: bounds)
-                } else {
-                    for p in buffer[i].placements where only == nil || only == p {
-                        rows[key(p)].add(buffer[i], placement: p, bounds: bounds)
-                    }
-                }
-                for t in buffer[i].timeouts {
-                    let p = t.placement ?? buffer[i].placement ?? "_none"
-                    if only == nil || only == p { rows[key(p)].timeouts += 1 }
-                }
+                forEachShare(of: buffer[i], placement: only) { p, share in rows[key(p)].add(share, sources: bounds.sources) }
             }
         }
         return keys.indices.sorted { keys[$0] < keys[$1] }.map { rows[$0].statistics(placement: keys[$0]) }
     }
 
-    private struct Row {
+    /// What one call adds to one placement's row (or to the totals): the unit both the statistics
+    /// computed at once and those kept call by call (``LiveStatistics``) are made of.
+    struct Share: Sendable, Equatable {
+        /// It counts as a call of the placement (false: only its timeouts name the placement).
+        var call = false
+        var open = false
+        var errors = 0
+        var timeouts = 0
+        /// A fetch that ended.
+        var fetch = false
+        var targetingLost = false
+        /// The source of a fetch that ended with a flow.
+        var source: String?
+        var duration: Double?
+        var preloadError: PreloadError?
+    }
+
+    /// Calls `body` with each placement `c` concerns (with `only`, that one alone) and its share,
+    /// in the order the rows of a placements answer meet them: the call's own placement (`_none` for
+    /// a fetch without one) or each placement a preload names, then those its timeouts name.
+    static func forEachShare(of c: borrowing Call, placement only: String?, _ body: (String, Share) -> Void) {
+        if let own = c.placement {
+            if only == nil || only == own { body(own, callShare(of: c, placement: own)) }
+        } else if c.kind == .fetch && only == nil {
+            body("_none", callShare(of: c, placement: "_none"))
+        } else {
+            for p in c.placements where only == nil || only == p { body(p, callShare(of: c, placement: p)) }
+        }
+        for t in c.timeouts {
+            let p = t.placement ?? c.placement ?? "_none"
+            if only == nil || only == p {
+                var share = Share()
+                share.timeouts = 1
+                body(p, share)
+            }
+        }
+    }
+
+    private static func callShare(of c: borrowing Call, placement: String) -> Share {
+        var s = Share()
+        s.call = true
+        s.open = !c.finished
+        s.errors = errors(of: c, placement: c.kind == .fetch ? nil : placement)
+        switch c.kind {
+        case .fetch:
+            guard c.finished else { return s }
+            s.fetch = true
+            s.targetingLost = c.targetingLost
+            if c.errorCode == nil { s.source = c.source }
+            s.duration = c.duration
+        case .preload:
+            if let code = c.failed[placement], let seq = c.endSeq, let ts = c.endTs {
+                s.preloadError = PreloadError(code: code, ts: ts, seq: seq)
+            }
+        }
+        return s
+    }
+
+    /// What `c` adds to the totals (with `placement`, what concerns that placement).
+    static func totalShare(of c: borrowing Call, placement: String?) -> Share {
+        var s = Share()
+        let concerns = placement.map { c.concerns($0) } ?? true
+        if concerns {
+            s.call = true
+            s.open = !c.finished
+        }
+        s.errors = errors(of: c, placement: placement)
+        for timeout in c.timeouts where placement == nil || (timeout.placement ?? c.placement) == placement { s.timeouts += 1 }
+        guard concerns, c.kind == .fetch, c.finished else { return s }
+        s.fetch = true
+        s.targetingLost = c.targetingLost
+        if c.errorCode == nil { s.source = c.source }
+        s.duration = c.duration
+        return s
+    }
+
+    /// Shares summed: a placement's row or the totals.
+    struct Tally: Sendable {
         var calls = 0, fetches = 0, open = 0, errors = 0, targetingLost = 0, timeouts = 0
         var sources: [String: Int] = [:]
         var durations: [Double] = []
+        /// Whether `durations` is kept sorted (call by call) rather than sorted once at the end.
+        var sortedDurations = false
         var lastPreloadError: PreloadError?
 
-        mutating func add(_ c: borrowing Call, placement: String, bounds: Bounds) {
-            calls += 1
-            if !c.finished { open += 1 }
-            errors += CallStatistics.errors(of: c, placement: c.kind == .fetch ? nil : placement)
-            switch c.kind {
-            case .fetch:
-                guard c.finished else { return }
-                fetches += 1
-                if c.targetingLost { targetingLost += 1 }
-                if c.errorCode == nil, let s = c.source {
-                    sources[sources[s] != nil || sources.count < bounds.sources ? s : "_other", default: 0] += 1
-                }
-                if let d = c.duration { durations.append(d) }
-            case .preload:
-                if let code = c.failed[placement], let seq = c.endSeq, let ts = c.endTs, seq >= (lastPreloadError?.seq ?? 0) {
-                    lastPreloadError = PreloadError(code: code, ts: ts, seq: seq)
-                }
+        /// Adds `s`. With `sources` (a bound), sources past it (by first appearance) count as `_other`.
+        mutating func add(_ s: Share, sources limit: Int?) {
+            if s.call { calls += 1 }
+            if s.open { open += 1 }
+            errors += s.errors
+            timeouts += s.timeouts
+            if s.fetch { fetches += 1 }
+            if s.targetingLost { targetingLost += 1 }
+            if let source = s.source {
+                let key = limit.map { sources[source] != nil || sources.count < $0 ? source : "_other" } ?? source
+                sources[key, default: 0] += 1
             }
+            if let d = s.duration {
+                if sortedDurations { durations.insert(d, at: Self.lowerBound(durations, d)) } else { durations.append(d) }
+            }
+            if let e = s.preloadError, e.seq >= (lastPreloadError?.seq ?? 0) { lastPreloadError = e }
+        }
+
+        /// Takes back `s`, added before without a bound on sources and with sorted durations. False
+        /// when it cannot (it held the last preload error): the tally must then be summed again.
+        mutating func remove(_ s: Share) -> Bool {
+            if s.call { calls -= 1 }
+            if s.open { open -= 1 }
+            errors -= s.errors
+            timeouts -= s.timeouts
+            if s.fetch { fetches -= 1 }
+            if s.targetingLost { targetingLost -= 1 }
+            if let source = s.source {
+                let left = (sources[source] ?? 0) - 1
+                sources[source] = left > 0 ? left : nil
+            }
+            if let d = s.duration {
+                let i = Self.lowerBound(durations, d)
+                if i < durations.count && durations[i] == d { durations.remove(at: i) }
+            }
+            if let e = s.preloadError, e == lastPreloadError { return false }
+            return true
+        }
+
+        /// The first index of `sorted` whose value is not below `value`.
+        static func lowerBound(_ sorted: [Double], _ value: Double) -> Int {
+            var lo = 0, hi = sorted.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if sorted[mid] < value { lo = mid + 1 } else { hi = mid }
+            }
+            return lo
+        }
+
+        var percentiles: DurationPercentiles {
+            sortedDurations ? DurationPercentiles(sorted: durations) : DurationPercentiles(durations)
         }
 
         func statistics(placement: String) -> PlacementStatistics {
             PlacementStatistics(placement: placement, calls: calls, fetches: fetches, open: open, sources: sources,
                                 errors: errors, targetingLost: targetingLost, timeouts: timeouts,
-                                duration: DurationPercentiles(durations), lastPreloadError: lastPreloadError)
+                                duration: percentiles, lastPreloadError: lastPreloadError)
+        }
+
+        func totals() -> CallTotals {
+            CallTotals(calls: calls, fetches: fetches, open: open, sources: sources, errors: errors, timeouts: timeouts,
+                       targetingLost: targetingLost, duration: percentiles)
         }
     }
 }

@@ -1,4 +1,4 @@
-import FlowEvents
+@testable import FlowEvents
 import FlowFetch
 import FlowJSON
 @testable import FlowScopeServer
@@ -89,6 +89,42 @@ struct ReadModelPropertyTests {
             }
             #expect(answers["memory"] == answers["sqlite"] && answers["sqlite"] == answers["layered"], "seed \(seed) run \(run)")
         }
+    }
+
+    @Test("random streams, undamaged and damaged, fed in small batches with a query after each: the placements answer kept call by call equals the one computed at once over every event so far; a bound reached gives way to computing at once",
+          arguments: [(21, false), (22, true), (23, true), (24, true)] as [(UInt64, Bool)])
+    func liveStatisticsAgree(seed: UInt64, damage: Bool) throws {
+        var stream = EventStream(seed: seed)
+        let events = stream.generate(calls: 300, damage: damage)
+        let memory = MemorySink(capacity: 100_000)
+        let live = CallQuery()
+        // Low enough that a run reaches it part way: the answer must stay exact across the switch.
+        let bounded = CallQuery(bounds: CallStatistics.Bounds(placements: 5, sources: 3))
+        var i = 0, queries = 0
+        while i < events.count {
+            let n = min(1 + Int(stream.random.next() % 40), events.count - i)
+            memory.consume(Array(events[i..<i + n]))
+            i += n
+            for run in EventStream.runs {
+                var filter = CallFilter()
+                filter.run = run
+                let held = memory.events(since: nil, limit: 100_000, run: run, placement: nil, name: nil)
+                for (query, bounds) in [(live, CallStatistics.Bounds()), (bounded, CallStatistics.Bounds(placements: 5, sources: 3))] {
+                    let kept = query.placements(in: memory, filter: filter)
+                    let once = CallQuery.placements(in: held, filter: filter, bounds: bounds)
+                    #expect(kept.placements == once.placements, "seed \(seed) run \(run) after \(i) events, bounds \(bounds)")
+                    #expect(kept.totals == once.totals && kept.matched == once.matched, "seed \(seed) run \(run) after \(i) events")
+                    // The calls answer's order (kept call by call too) is the newest first of every call.
+                    let calls = query.calls(in: memory, filter: filter, limit: 100_000).calls.map(\.trace)
+                    #expect(calls == CallQuery.calls(in: held, filter: filter, limit: 100_000).calls.map(\.trace),
+                            "seed \(seed) run \(run) after \(i) events")
+                }
+                queries += 1
+            }
+        }
+        #expect(queries > 30)
+        // The unbounded query answered call by call (not at once) at the end, for every run.
+        #expect(live.cache.liveRuns == EventStream.runs.count, "seed \(seed)")
     }
 
     /// The sum of every sample of `family` in a Prometheus text exposition whose labels contain `matching`.
