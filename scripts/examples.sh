@@ -72,6 +72,71 @@ fi
 grep -q '\$.sinks\[0\].path: /nonexistent-dir/audit.log: directory /nonexistent-dir does not exist' <<<"$bad" \
     || { echo "examples: FAIL: check-config said: $bad" >&2; exit 1; }
 echo "examples: $bad"
+
+# The distribution configured with outside sinks only: the outside store answers the dashboard API
+# (held to its newest 3 events here, so its answers differ from the memory sink's that serve adds) and
+# the audit sink's family joins /metrics (promtool accepts it). The config is copied out, so the audit
+# file is written there, not into the repository.
+mkdir -p "$work/outside"
+sed 's/capacity: 20000/capacity: 3/' examples/custom-sink/outside.json5 >"$work/outside/outside.json5"
+"$audit" serve --no-demo --port 0 --config "$work/outside/outside.json5" --state-dir "$work/outside/state" \
+    >"$work/outside.out" 2>"$work/outside.err" &
+serve_pid=$!
+for _ in $(seq 200); do grep -q 'serving https://' "$work/outside.out" && break; sleep 0.1; done
+port=$(grep -o 'serving https://localhost:[0-9]*' "$work/outside.out" | grep -o '[0-9]*$') \
+    || { echo "examples: FAIL: flowscope-audit serve did not start" >&2; cat "$work/outside.err" >&2; exit 1; }
+ca="$work/outside/state/tls/cert.pem"
+python3 - >"$work/outside-events.jsonl" <<'PY'
+import json
+def event(i, name, placement, t, attrs, trace):
+    return {"ts": 1796206272.0 + t, "t": t, "run": "outside", "trace": f"{trace:032x}", "span": f"{trace:016x}",
+            "name": name, "placement": placement, "attrs": attrs}
+lines = [
+    event(1, "fetch.start", "p1", 0.0, {"call": "getFlow"}, 1),
+    event(2, "fetch.end", "p1", 0.25, {"call": "getFlow", "source": "network", "duration": 0.25}, 1),
+    event(3, "fetch.start", "p2", 1.0, {"call": "getFlow"}, 2),
+    event(4, "fetch.end", "p2", 3.0, {"call": "getFlow", "source": "fallbackFile", "duration": 2.0, "errorCode": 2005}, 2),
+    event(5, "fetch.start", "p1", 4.0, {"call": "getFlow"}, 3),
+]
+for e in lines: print(json.dumps(e))
+PY
+curl -sf --cacert "$ca" -H "Authorization: Bearer $(cat "$work/outside/state/token")" -H "Content-Type: application/x-ndjson" \
+    --data-binary @"$work/outside-events.jsonl" "https://localhost:$port/api/ingest" >/dev/null \
+    || { echo "examples: FAIL: ingest into flowscope-audit serve" >&2; exit 1; }
+get() { curl -sf --cacert "$ca" "https://localhost:$port$1"; }
+for _ in $(seq 50); do get "/api/runs" | grep -q '"outside"' && break; sleep 0.1; done
+get "/api/runs" >"$work/outside-runs.json"
+get "/api/calls?run=outside" >"$work/outside-calls.json"
+get "/api/placements?run=outside" >"$work/outside-placements.json"
+get "/api/sinks" >"$work/outside-sinks.json"
+get "/api/events?run=outside" >"$work/outside-events.json"
+get "/metrics" >"$work/outside-metrics.txt"
+python3 - "$work" <<'PY' || { echo "examples: FAIL: the outside sinks' answers:" >&2; head -c 2000 "$work"/outside-*.json* >&2; exit 1; }
+import json, sys
+work = sys.argv[1]
+load = lambda name: json.load(open(f"{work}/{name}"))
+# The recent store answers: it counts the run's 5 events and holds the newest 3 (seq 3-5), whose
+# calls are a finished p2 fetch (its start and end) and an open p1 fetch; a coverage that says so.
+run = next(r for r in load("outside-runs.json")["runs"] if r["id"] == "outside")
+assert run["events"] == 5 and run["fetches"] == 2 and run["errors"] == 1, run
+assert [e["seq"] for e in load("outside-events.json")["events"]] == [3, 4, 5], load("outside-events.json")
+answer = load("outside-calls.json")
+calls = answer["calls"]
+assert [(c["placement"], c["finished"]) for c in calls] == [("p1", False), ("p2", True)], calls
+assert answer["coverage"]["events"] == 3 and answer["coverage"]["complete"] is False, answer["coverage"]
+placements = {p["placement"]: p for p in load("outside-placements.json")["placements"]}
+assert set(placements) == {"p1", "p2"} and placements["p2"]["errors"] == 1 and placements["p1"]["open"] == 1, placements
+sinks = {s["name"]: s for s in load("outside-sinks.json")["sinks"]}
+assert {"audit", "recent"} <= set(sinks) and all(s["up"] for s in sinks.values()), sinks
+metrics = open(f"{work}/outside-metrics.txt").read()
+assert 'audit_lines_total{outcome="written"} 5\n' in metrics and 'flowscope_sink_up{sink="recent"} 1' in metrics, metrics
+print(f"examples: flowscope-audit serve with outside sinks: run of {run['events']} events, the store's newest 3 "
+      f"answered ({len(calls)} calls, placements {sorted(placements)}), /metrics {metrics.count(chr(10))} lines")
+PY
+promtool check metrics <"$work/outside-metrics.txt" \
+    || { echo "examples: FAIL: promtool refused the audit sink's /metrics" >&2; exit 1; }
+[ "$(wc -l <"$work/outside/audit.log")" -eq 5 ] || { echo "examples: FAIL: audit.log:" >&2; cat "$work/outside/audit.log" >&2; exit 1; }
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""
 # Two invocations of the app's tests attached to a running serve, from another folder than serve's,
 # with the line serve prints (the same as `flowscope attach-env`) and FLOWSCOPE_ATTACH_REQUIRED: the
 # second one with a test failing on purpose. /api/runs holds two invocations with their verdicts.

@@ -6,11 +6,13 @@ import Synchronization
 
 /// Appends one line per event to a file: `seq name placement`. A failed write marks the sink down
 /// (it shows in `flowscope_sink_up`, `/api/sinks`, `/healthz` and the dashboard) and counts the
-/// lines it lost.
-public final class AuditSink: EventSink {
+/// lines it lost. Its own metric family, `audit_lines_total`, joins `GET /metrics`.
+public final class AuditSink: EventSink, MetricsExposing {
     public let name: String
     public var type: String { "audit" }
     private let file: Mutex<FileHandle>
+    private let written = Atomic<Int>(0)
+    private let lost = Atomic<Int>(0)
     // sample: health
     private let recorder = SinkHealthRecorder()
     public var health: SinkHealth { recorder.current }
@@ -32,13 +34,29 @@ public final class AuditSink: EventSink {
         let text = batch.map { "\($0.seq) \($0.name.rawValue) \($0.placement ?? "-")\n" }.joined()
         do {
             try file.withLock { try $0.write(contentsOf: Data(text.utf8)) }
+            written.add(batch.count, ordering: .relaxed)
             recorder.succeeded()
         } catch {
+            lost.add(batch.count, ordering: .relaxed)
             recorder.failed("\(error)")
             recorder.dropped(batch.count)
         }
     }
     // end sample: consume
+
+    // sample: metrics
+    /// `audit_lines_total{outcome="written"|"lost"}` in Prometheus text, for every scrape.
+    public func exposition(accept: String?) -> (contentType: String, body: [UInt8]) {
+        let text = """
+            # HELP audit_lines_total Lines the audit sink wrote, or lost to a failed write.
+            # TYPE audit_lines_total counter
+            audit_lines_total{outcome="written"} \(written.load(ordering: .relaxed))
+            audit_lines_total{outcome="lost"} \(lost.load(ordering: .relaxed))
+
+            """
+        return ("text/plain; version=0.0.4; charset=utf-8", Array(text.utf8))
+    }
+    // end sample: metrics
 
     public func flush() { file.withLock { try? $0.synchronize() } }
     public func close() { file.withLock { try? $0.close() } }

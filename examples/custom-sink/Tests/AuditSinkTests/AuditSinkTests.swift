@@ -1,6 +1,7 @@
 import AuditSink
 import FlowScopeTesting
 import Foundation
+import Synchronization
 import Testing
 
 // sample: conformance
@@ -65,4 +66,45 @@ func inode(_ path: String) throws -> UInt64 {
     #expect(try factory.options(from: fromFile).path == "/etc/flowscope/logs/audit.log")
     let byDefault = SinkContext(name: "audit", stateDirectory: "/var/lib/flowscope", configDirectory: "/etc/flowscope")
     #expect(try factory.options(from: byDefault).path == "/var/lib/flowscope/audit.log")
+}
+
+@Test func recentStoreConforms() {
+    // The last store made is the one read back: every event once, in seq order.
+    let last = Mutex<RecentStore?>(nil)
+    let failures = SinkConformance.check(name: "recent",
+                                         make: {
+                                             let store = RecentStore(name: "recent", capacity: 100_000)
+                                             last.withLock { $0 = store }
+                                             return store
+                                         },
+                                         readBack: { last.withLock { $0 }?.events(since: 0, limit: .max, run: nil, placement: nil, name: nil).map(\.seq) ?? [] })
+    #expect(failures.isEmpty, "\(failures)")
+}
+
+@Test func recentStoreKeepsTheNewestAndCountsEveryEvent() {
+    let store = RecentStore(capacity: 3)
+    store.consume(envelopes(1...5))
+    #expect(store.events(since: nil, limit: 10, run: nil, placement: nil, name: nil).map(\.seq) == [3, 4, 5])
+    #expect(store.events(since: 3, limit: 1, run: nil, placement: nil, name: nil).map(\.seq) == [4])
+    #expect(store.latestSeq == 5)
+    #expect(store.runDetail(id: "live")?.summary.events == 5, "runs count the events no longer held too")
+    #expect(store.runDetail(id: "live")?.eventsByName["fetch.start"] == 5)
+    #expect(store.runSummaries().map(\.id) == ["live"])
+    let seen = Mutex<[UInt64]>([])
+    let stop = store.follow { batch in seen.withLock { $0 += batch.map(\.seq) } }
+    store.consume(envelopes(6...7))
+    stop()
+    store.consume(envelopes(8...8))
+    #expect(seen.withLock { $0 } == [6, 7])
+}
+
+@Test func auditSinkCountsItsLines() throws {
+    let path = NSTemporaryDirectory() + "audit-\(UUID()).log"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let sink = try AuditSink(path: path)
+    sink.consume(envelopes(1...4))
+    sink.close()
+    let text = String(decoding: sink.exposition(accept: nil).body, as: UTF8.self)
+    #expect(text.contains("audit_lines_total{outcome=\"written\"} 4\n"))
+    #expect(sink.metricFamilyNames == ["audit_lines_total"])
 }
