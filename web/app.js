@@ -11,6 +11,7 @@ import { el, clear, setText, setHidden } from './js/svg.js';
 import { renderStrategies, hasStrategies } from './js/strategies.js';
 import * as filters from './js/filters.js';
 import { createTestRuns } from './js/testruns.js';
+import { createCompare } from './js/compare.js';
 import { wireReproduce, resetReproduce } from './js/reproduce.js';
 import * as url from './js/url.js';
 import * as kpis from './js/kpis.js';
@@ -74,7 +75,7 @@ function viewFromURL() {
 function viewHash() {
   return url.viewHash({
     run: state.run, call: state.selected?.trace ?? null, filters: state.filters, zoom: state.zoom,
-    event: $('#filter-name').value, tailRun: $('#filter-run').value,
+    event: $('#filter-name').value, tailRun: $('#filter-run').value, compare: compare?.value() ?? '',
   });
 }
 
@@ -97,6 +98,7 @@ async function applyURL() {
   else if (filtersChanged) await filtersApplied();
   if ((view.call ?? null) !== (state.selected?.trace ?? null)) openCall(view.call, { record: false });
   if (JSON.stringify(view.zoom) !== JSON.stringify(state.zoom)) setZoom(view.zoom, { record: false });
+  if (view.compare !== compare.value()) compare.set(view.compare);
   renderTailNow();
 }
 
@@ -130,6 +132,7 @@ function renderRunSelect() {
 
   const tailRun = $('#filter-run');
   setOptions(tailRun, state.runs.map((r) => r.id), 2);
+  compare?.setRuns(state.runs);
 }
 
 /** The run's kind next to the picker; a run the server does not have is not given a kind. */
@@ -189,6 +192,7 @@ async function selectRun(run, { record = true, replace = false } = {}) {
   state.query = null;
   closeBin();
   clearZoom();
+  compare.refresh().catch(note);
   const [loaded] = await Promise.all([loadEvents(token), loadAggregates(), loadSinks(), queryMode() ? runQuery({ render: false }) : null]);
   if (token !== state.loadToken) return;
   if (!loaded) state.loadFailure = state.error?.message ?? 'the server did not answer';
@@ -215,6 +219,8 @@ async function loadRuns() {
 }
 
 let testRuns = null;
+/** The compare panel (js/compare.js), made in wire(). */
+let compare = null;
 let runSearchTimer = null;
 
 /**
@@ -997,6 +1003,7 @@ function wire() {
   $('#trace-detail-close').addEventListener('click', closeCall);
   wireReproduce($('#trace-detail'));
   testRuns = createTestRuns($('#test-runs'), { onPick: (id) => { selectRun(id).catch(note); } });
+  compare = createCompare($('#compare'), { current: () => state.run, paused: () => state.paused, onChange: () => recordView() });
   $('#run-search').addEventListener('input', () => {
     clearTimeout(runSearchTimer);
     runSearchTimer = setTimeout(() => { loadRuns().catch(note); }, 250);
@@ -1046,6 +1053,7 @@ async function start() {
   updateZoomControls();
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
+  compare.set(view.compare);
   await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);
   if (view.call) openCall(view.call, { record: false });
   recordView({ push: false });

@@ -1,13 +1,13 @@
 // The view in the URL's hash: run, open call, the filters and time range, the tail's filters and the
-// waterfall's zoom (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=`).
+// waterfall's zoom and the run compared with (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=&compare=`).
 import * as filters from './filters.js';
 
-/** The view a hash describes: {run, call, filters, zoom, event, tailRun} (null: not given). */
+/** The view a hash describes: {run, call, filters, zoom, event, tailRun, compare} (null: not given). */
 export function viewFromHash(hash) {
   const q = new URLSearchParams(hash.replace(/^#/, ''));
   return {
     run: q.get('run'), call: q.get('call'), filters: filters.fromParams(q), zoom: parseZoom(q.get('zoom')),
-    event: q.get('event') ?? '', tailRun: q.get('tailRun'),
+    event: q.get('event') ?? '', tailRun: q.get('tailRun'), compare: q.get('compare') ?? '',
   };
 }
 
@@ -23,8 +23,8 @@ function formatZoom(zoom) {
   return zoom.map((v) => String(Number(v.toFixed(9)))).join('-');
 }
 
-/** The hash of a view ({run, call, filters, zoom, event, tailRun}; tailRun '@view': the selected run's). */
-export function viewHash({ run, call, filters: values, zoom, event, tailRun }) {
+/** The hash of a view ({run, call, filters, zoom, event, tailRun, compare}; tailRun '@view': the selected run's). */
+export function viewHash({ run, call, filters: values, zoom, event, tailRun, compare }) {
   const q = new URLSearchParams();
   q.set('run', run);
   if (call) q.set('call', call);
@@ -32,5 +32,6 @@ export function viewHash({ run, call, filters: values, zoom, event, tailRun }) {
   if (zoom) q.set('zoom', formatZoom(zoom));
   if (event) q.set('event', event);
   if (tailRun !== '@view') q.set('tailRun', tailRun);
+  if (compare) q.set('compare', compare);
   return `#${q.toString()}`;
 }
