@@ -3,7 +3,10 @@
 
     flowscope serve &                       # demo traffic on
     sleep 60                                # a minute of calls
-    scripts/dashboard-screenshots.py https://localhost:8443 docs/images
+    scripts/dashboard-screenshots.py https://localhost:8443 docs/images [COMPARE_RUN]
+
+With COMPARE_RUN (a run the server holds, e.g. events ingested under another run id), also the
+Compare panel of live against it.
 
 Headless Chromium (chromium on PATH, or FLOWSCOPE_CHROMIUM) driven over the DevTools protocol on a
 pipe, as the DashboardBrowser tests drive it. Each view is opened by its URL, live stream on; the page
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import time
 import base64
+import urllib.parse
 
 
 class Browser:
@@ -131,6 +135,9 @@ def main():
               bins.sort((a, b) => Number(b.dataset.count) - Number(a.dataset.count));
               bins[Math.min(1, bins.length - 1)].dispatchEvent(new MouseEvent('click', { bubbles: true })); })()""",
             scroll_to="#histogram")
+    if len(sys.argv) > 3:
+        capture(executable, f"{base}/#run=live&compare={urllib.parse.quote(sys.argv[3], safe='')}", f"{out}/dashboard-compare.png", 900,
+                scroll_to="#compare")
 
 
 if __name__ == "__main__":

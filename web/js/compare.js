@@ -171,18 +171,25 @@ function share(p, source) {
   return Math.round((sources[source] / total) * 100);
 }
 
-/** The two runs' durations as shares per bin, on one axis: A filled, B outlined. */
+/**
+ * The two runs' durations as shares per bin on one logarithmic axis (fetches range from a cache
+ * hit's milliseconds to a timeout's seconds), A and B overlaid.
+ */
 function drawHistograms(container, nameA, nameB, a, b) {
   clear(container);
   const all = a.concat(b).sort((x, y) => x - y);
   if (!all.length) return;
-  // The axis ends at the 99th percentile of both, so one outlier does not squash the rest.
-  const top = Math.max(all[Math.min(all.length - 1, Math.floor(all.length * 0.99))], 0.001);
-  const width = Math.max(320, container.clientWidth || 640), height = 150, left = 44, bottom = 24;
-  const bin = top / BINS;
+  // From the shortest (at least 1 ms) to the 99th percentile of both, so one outlier does not squash the rest.
+  const lo = Math.max(0.001, all.find((d) => d > 0) ?? 0.001);
+  const hi = Math.max(all[Math.min(all.length - 1, Math.floor(all.length * 0.99))], lo * 10);
+  const ratio = Math.log(hi / lo);
+  const edge = (i) => lo * Math.exp((ratio * i) / BINS);
+  const binOf = (d) => (d <= lo ? 0 : Math.min(BINS - 1, Math.floor((Math.log(d / lo) / ratio) * BINS)));
+  // The wrap is not displayed while empty: the panel gives the width.
+  const width = Math.max(320, (container.parentElement?.clientWidth ?? 668) - 28), height = 160, left = 44, bottom = 34;
   const shares = (list) => {
     const counts = new Array(BINS).fill(0);
-    for (const d of list) counts[Math.min(BINS - 1, Math.floor(d / bin))] += 1;
+    for (const d of list) counts[binOf(d)] += 1;
     return counts.map((n) => (list.length ? n / list.length : 0));
   };
   const sa = shares(a), sb = shares(b);
@@ -192,22 +199,22 @@ function drawHistograms(container, nameA, nameB, a, b) {
   const plot = width - left - 8, h = height - bottom - 8;
   const x = (i) => left + (i / BINS) * plot;
   const y = (s) => 8 + h - (s / peak) * h;
+  const barWidth = Math.max(1, plot / BINS - 2);
   for (let i = 0; i < BINS; i++) {
-    const range = `${fmt.duration(i * bin)} to ${fmt.duration((i + 1) * bin)}`;
-    if (sa[i] > 0) {
-      root.appendChild(tooltip(svg('rect', { class: 'compare-a', x: x(i) + 1, y: y(sa[i]), width: Math.max(1, plot / BINS - 2),
-        height: 8 + h - y(sa[i]) }), `A ${nameA}: ${Math.round(sa[i] * 100)}% of fetches, ${range}`));
-    }
-    if (sb[i] > 0) {
-      root.appendChild(tooltip(svg('rect', { class: 'compare-b', x: x(i) + 1, y: y(sb[i]), width: Math.max(1, plot / BINS - 2),
-        height: 8 + h - y(sb[i]) }), `B ${nameB}: ${Math.round(sb[i] * 100)}% of fetches, ${range}`));
+    const range = `${i === 0 ? 'up' : fmt.duration(edge(i))} to ${fmt.duration(edge(i + 1))}`;
+    for (const [share, cls, label] of [[sa[i], 'compare-a', `A ${nameA}`], [sb[i], 'compare-b', `B ${nameB}`]]) {
+      if (!(share > 0)) continue;
+      root.appendChild(tooltip(svg('rect', { class: cls, x: x(i) + 1, y: y(share), width: barWidth, height: 8 + h - y(share) }),
+        `${label}: ${Math.round(share * 100)}% of fetches, ${range}`));
     }
   }
   root.appendChild(svg('line', { class: 'axis-line', x1: left, x2: left + plot, y1: 8 + h, y2: 8 + h }));
-  for (const i of [0, BINS / 2, BINS]) {
-    root.appendChild(svg('text', { class: 'axis-label', x: x(i), y: height - 6, 'text-anchor': i === 0 ? 'start' : i === BINS ? 'end' : 'middle' },
-      fmt.axisDuration(i * bin)));
+  for (const i of [0, BINS / 4, BINS / 2, (3 * BINS) / 4, BINS]) {
+    root.appendChild(svg('text', { class: 'axis-label', x: x(i), y: 8 + h + 15, 'text-anchor': i === 0 ? 'start' : i === BINS ? 'end' : 'middle' },
+      fmt.axisDuration(Number(edge(i).toPrecision(2)))));
   }
   root.appendChild(svg('text', { class: 'axis-label', x: left - 6, y: 14, 'text-anchor': 'end' }, `${Math.round(peak * 100)}%`));
+  root.appendChild(svg('text', { class: 'axis-title', x: left + plot / 2, y: height - 3, 'text-anchor': 'middle' },
+    'fetch duration (log scale) · share of each run\'s fetches per bar'));
   container.appendChild(root);
 }
