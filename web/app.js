@@ -76,6 +76,7 @@ function viewHash() {
   return url.viewHash({
     run: state.run, call: state.selected?.trace ?? null, filters: state.filters, zoom: state.zoom,
     event: $('#filter-name').value, tailRun: $('#filter-run').value, compare: compare?.value() ?? '',
+    compareRanges: compare?.ranges() ?? {},
   });
 }
 
@@ -98,7 +99,9 @@ async function applyURL() {
   else if (filtersChanged) await filtersApplied();
   if ((view.call ?? null) !== (state.selected?.trace ?? null)) openCall(view.call, { record: false });
   if (JSON.stringify(view.zoom) !== JSON.stringify(state.zoom)) setZoom(view.zoom, { record: false });
-  if (view.compare !== compare.value()) compare.set(view.compare);
+  if (view.compare !== compare.value() || JSON.stringify(view.compareRanges) !== JSON.stringify(compare.ranges())) {
+    compare.set(view.compare, view.compareRanges);
+  }
   renderTailNow();
 }
 
@@ -1053,7 +1056,7 @@ async function start() {
   updateZoomControls();
   ensureOption($('#filter-name'), view.event);
   if (view.tailRun !== null) ensureOption($('#filter-run'), view.tailRun);
-  compare.set(view.compare);
+  compare.set(view.compare, view.compareRanges);
   await Promise.all([loadEvents(), loadAggregates(), loadSinks(), loadTailRun(), runQuery({ render: false })]);
   if (view.call) openCall(view.call, { record: false });
   recordView({ push: false });

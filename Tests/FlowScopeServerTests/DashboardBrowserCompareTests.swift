@@ -66,4 +66,44 @@ struct DashboardBrowserCompareTests {
         _ = try other.evaluate("(() => { const s = document.querySelector('#compare-run'); s.value = ''; s.dispatchEvent(new Event('change')); })()")
         #expect(try other.waitFor("document.querySelector('#compare table').hidden && !location.hash.includes('compare=')"))
     }
+
+    @Test("two time ranges of one run: this run before and after a moment, each side's calls and p50 from its own range, kept in the URL")
+    func twoRangesOfOneRun() throws {
+        guard let chromium = DashboardBrowserDebuggerTests.chromium() else { return }
+        let stack = try DashboardStack()
+        // 4 slow checkout calls, then (after a moment) 7 fast ones, in the same run.
+        for i in 0..<4 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "checkout", t: Double(i), source: "cache", duration: 2)) }
+        try stack.waitForFetches(placement: "checkout", count: 4)
+        Thread.sleep(forTimeInterval: 1.5)
+        let moment = Int(Date().timeIntervalSince1970)
+        Thread.sleep(forTimeInterval: 1.5)
+        for i in 0..<7 { _ = try stack.ingest(DemoCalls.call(run: "live", placement: "checkout", t: Double(i), source: "network", duration: 0.5)) }
+        try stack.waitForFetches(placement: "checkout", count: 11)
+        let browser = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live")
+        defer { browser.close() }
+        let traffic = stack.liveTraffic(interval: 0.2)
+        defer { traffic.stop() }
+
+        _ = try browser.evaluate("(() => { const s = document.querySelector('#compare-run'); s.value = '@same'; s.dispatchEvent(new Event('change')); })()")
+        #expect(try browser.waitFor("!document.querySelector('#compare .compare-ranges').hidden"), "the ranges show once B is picked")
+        // With no range, both sides are the whole run.
+        #expect(try browser.waitFor("(() => { const c = \(Self.cell("checkout", "calls")); return c && c[0] === '11' && c[1] === '11' && c[2] === '0'; })()"))
+        for (id, value) in [("compare-aTo", "\(moment)"), ("compare-bFrom", "\(moment)")] {
+            _ = try browser.evaluate("(() => { const i = document.querySelector('#\(id)'); i.value = '\(value)'; i.dispatchEvent(new Event('input')); })()")
+        }
+        #expect(try browser.waitFor("(() => { const c = \(Self.cell("checkout", "calls")); return c && c[0] === '4' && c[1] === '7' && c[2] === '3'; })()", timeout: 15),
+                "A counts the calls before the moment, B those after")
+        #expect(try browser.evaluate(Self.cell("checkout", "p50")).arrayValue?[0...2].map { $0 } == ["2", "0.5", "-1.5"])
+        #expect(try browser.waitFor("location.hash.includes('compare=%40same') && location.hash.includes('aTo=\(moment)') && location.hash.includes('bFrom=\(moment)')"))
+        #expect(try browser.evaluate("document.querySelector('#compare-note').textContent").stringValue?.contains("B: live, from \(moment)") == true)
+        #expect(try browser.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth") == .bool(true))
+
+        // The URL reopens both ranges; a range the server refuses is said in the panel.
+        let other = try DashboardBrowserDebuggerTests.openPage(chromium, stack, path: "/#run=live&compare=%40same&aTo=\(moment)&bFrom=soon")
+        defer { other.close() }
+        #expect(try other.waitFor("document.querySelector('#compare-aTo').value === '\(moment)' && document.querySelector('#compare-bFrom').value === 'soon'"))
+        let refused = try other.waitFor("document.querySelector('#compare .panel-empty').textContent.includes('HTTP 400') && document.querySelector('#compare table').hidden")
+        let panel = try other.evaluate("document.querySelector('#compare').textContent")
+        #expect(refused, "the compare panel shows: \(panel)")
+    }
 }

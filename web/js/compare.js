@@ -1,6 +1,7 @@
-// Two runs side by side: per placement, the calls, p50, p95, errors, targeting lost and sources of
-// the selected run (A) and of another one (B) with the difference, and the two runs' time to flow
-// overlaid. Every number is the server's read model (GET /api/placements and /api/calls of each run).
+// Two runs, or two time ranges of one, side by side: per placement, the calls, p50, p95, errors,
+// targeting lost and sources of the selected run (A) and of another one (B) with the difference, and
+// both sides' time to flow overlaid. Every number is the server's read model (GET /api/placements and
+// /api/calls of each side, with its from and to).
 import * as api from './api.js';
 import * as fmt from './format.js';
 import { el, clear, svg, tooltip, setText, setHidden } from './svg.js';
@@ -10,10 +11,15 @@ const REFRESH_MS = 5000;
 const BINS = 24;
 const SOURCES = ['network', 'cache', 'defaultAudience', 'fallbackFile'];
 
+/** B is the selected run itself, over another time range. */
+export const SAME_RUN = '@same';
+/** The time range keys of each side, as the URL and the inputs name them. */
+export const RANGE_KEYS = ['aFrom', 'aTo', 'bFrom', 'bTo'];
+
 /**
  * The panel in `section`. `current()` is the selected run ('' for all runs), `paused()` whether the
- * page is paused, `onChange()` is called when the user picks another run to compare with.
- * Returns {setRuns(runs), set(run), value(), refresh()}.
+ * page is paused, `onChange()` is called when the user picks another run or range to compare with.
+ * Returns {setRuns(runs), set(run, ranges), value(), ranges(), refresh()}.
  */
 export function createCompare(section, { current, paused, onChange }) {
   const select = section.querySelector('#compare-run');
@@ -22,16 +28,30 @@ export function createCompare(section, { current, paused, onChange }) {
   const body = section.querySelector('tbody');
   const chart = section.querySelector('.chart-wrap');
   const empty = section.querySelector('.panel-empty');
+  const inputs = Object.fromEntries(RANGE_KEYS.map((key) => [key, section.querySelector(`#compare-${key}`)]));
+  const rangesRow = section.querySelector('.compare-ranges');
   let other = '';
+  let range = Object.fromEntries(RANGE_KEYS.map((key) => [key, '']));
   let shown = '';
   let runs = [];
   let generation = 0;
+  let typing = null;
 
   select.addEventListener('change', () => {
     other = select.value;
     onChange();
     refresh();
   });
+  for (const key of RANGE_KEYS) {
+    inputs[key].addEventListener('input', () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        range = Object.fromEntries(RANGE_KEYS.map((k) => [k, inputs[k].value.trim()]));
+        onChange();
+        refresh();
+      }, 400);
+    });
+  }
   setInterval(() => { if (other && !paused()) refresh(); }, REFRESH_MS);
 
   /** The runs to offer: every listed run but the selected one. */
@@ -43,26 +63,30 @@ export function createCompare(section, { current, paused, onChange }) {
   function fillSelect() {
     const ids = runs.filter((id) => id !== current());
     if (other && !ids.includes(other)) ids.unshift(other);
-    const wanted = ['', ...ids];
+    const wanted = ['', SAME_RUN, ...ids];
     const have = [...select.options].map((o) => o.value);
     if (JSON.stringify(have) !== JSON.stringify(wanted)) {
       clear(select);
       select.appendChild(new Option('no other run', ''));
+      select.appendChild(new Option('this run, another time range', SAME_RUN));
       for (const id of ids) select.appendChild(new Option(id, id));
     }
     select.value = other;
+    setHidden(rangesRow, !other);
   }
 
-  /** Compares with `run` ('' or null: no comparison), as a URL asks. */
-  function set(run) {
+  /** Compares with `run` ('' or null: no comparison; SAME_RUN: the selected run) over `ranges`, as a URL asks. */
+  function set(run, ranges = {}) {
     other = run ?? '';
+    range = Object.fromEntries(RANGE_KEYS.map((key) => [key, ranges[key] ?? '']));
+    for (const key of RANGE_KEYS) inputs[key].value = range[key];
     fillSelect();
     refresh();
   }
 
   async function refresh() {
     fillSelect();
-    const a = current(), b = other;
+    const a = current(), b = other === SAME_RUN ? current() : other;
     const mine = ++generation;
     section.dataset.compare = b;
     if (!b) {
@@ -74,10 +98,13 @@ export function createCompare(section, { current, paused, onChange }) {
       setText(note, '');
       return;
     }
+    const sideA = { from: range.aFrom || null, to: range.aTo || null };
+    const sideB = { from: range.bFrom || null, to: range.bTo || null };
     let answers;
     try {
       answers = await Promise.all([
-        api.placements(a || null), api.placements(b), api.calls({ run: a || null, limit: 1 }), api.calls({ run: b, limit: 1 }),
+        api.placements(a || null, sideA), api.placements(b || null, sideB),
+        api.calls({ run: a || null, limit: 1, ...sideA }), api.calls({ run: b || null, limit: 1, ...sideB }),
       ]);
     } catch (error) {
       if (mine !== generation) return;
@@ -92,15 +119,21 @@ export function createCompare(section, { current, paused, onChange }) {
     }
     if (mine !== generation) return;
     const [pa, pb, ca, cb] = answers;
-    const key = JSON.stringify([a, b, pa.placements, pb.placements, ca.stats, cb.stats]);
+    const key = JSON.stringify([a, b, range, pa.placements, pb.placements, ca.stats, cb.stats]);
     if (key === shown) return;
     shown = key;
-    render(a, b, pa, pb, ca.stats ?? {}, cb.stats ?? {});
+    render(side(a, range.aFrom, range.aTo), side(b, range.bFrom, range.bTo), pa, pb, ca.stats ?? {}, cb.stats ?? {});
   }
 
-  function render(a, b, pa, pb, sa, sb) {
-    const nameA = a || 'all runs';
-    setText(note, `A: ${nameA} · B: ${b} · B minus A`);
+  /** A side's name: its run, and its time range when it has one. */
+  function side(run, from, to) {
+    const name = run || 'all runs';
+    if (!from && !to) return name;
+    return `${name}, ${from ? `from ${from}` : ''}${from && to ? ' ' : ''}${to ? `to ${to}` : ''}`;
+  }
+
+  function render(nameA, nameB, pa, pb, sa, sb) {
+    setText(note, `A: ${nameA} · B: ${nameB} · B minus A`);
     const rowsA = byPlacement(pa.placements), rowsB = byPlacement(pb.placements);
     const names = [...new Set([...rowsA.keys(), ...rowsB.keys()])].sort();
     clear(body);
@@ -108,10 +141,10 @@ export function createCompare(section, { current, paused, onChange }) {
     setHidden(table, names.length === 0);
     setHidden(empty, names.length > 0);
     setText(empty, 'Neither run has calls yet.');
-    drawHistograms(chart, nameA, b, durations(sa), durations(sb));
+    drawHistograms(chart, nameA, nameB, durations(sa), durations(sb));
   }
 
-  return { setRuns, set, value: () => other, refresh };
+  return { setRuns, set, value: () => other, ranges: () => ({ ...range }), refresh };
 }
 
 function byPlacement(list) {
