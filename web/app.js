@@ -16,6 +16,7 @@ import { wireReproduce, resetReproduce } from './js/reproduce.js';
 import * as url from './js/url.js';
 import * as kpis from './js/kpis.js';
 import * as hold from './js/hold.js';
+import * as runs from './js/runs.js';
 import * as bins from './js/bins.js';
 import { failureOf, showFailure, syncTitles } from './js/failures.js';
 
@@ -61,8 +62,6 @@ const PAGE = 1000;
 const MAX_PAGES = 12;
 
 const WATERFALL_CALLS = 24;
-
-const KIND_LABELS = { live: 'Live', test: 'Test runs', simulation: 'Simulations' };
 
 // ---------------------------------------------------------------- run selector
 
@@ -111,26 +110,7 @@ function ensureOption(select, value) {
 }
 
 function renderRunSelect() {
-  const select = $('#run-select');
-  clear(select);
-  select.appendChild(new Option('All runs', ''));
-  const groups = { live: [], test: [], simulation: [] };
-  for (const r of state.runs) (groups[r.kind] ?? groups.test).push(r);
-  if (!groups.live.some((r) => r.id === 'live')) groups.live.unshift({ id: 'live', kind: 'live', events: 0 });
-  for (const kind of ['live', 'test', 'simulation']) {
-    if (!groups[kind].length) continue;
-    const group = el('optgroup', null, null, { label: KIND_LABELS[kind] });
-    for (const r of groups[kind]) {
-      const label = `${r.id}${Number.isFinite(r.events) && r.events ? `  (${fmt.compact(r.events)} events)` : ''}${r.stored ? ' · stored' : ''}`;
-      const option = new Option(label, r.id);
-      group.appendChild(option);
-    }
-    select.appendChild(group);
-  }
-  if (state.run && ![...select.options].some((o) => o.value === state.run)) {
-    select.appendChild(new Option(state.run, state.run));
-  }
-  select.value = state.run;
+  runs.fillRunSelect($('#run-select'), state.runs, state.run);
   renderBadge();
 
   const tailRun = $('#filter-run');
@@ -140,10 +120,7 @@ function renderRunSelect() {
 
 /** The run's kind next to the picker; a run the server does not have is not given a kind. */
 function renderBadge() {
-  const kind = runMissing() ? 'missing' : runKind(state.run);
-  const badge = $('#run-kind');
-  if (badge.dataset.kind !== kind) badge.dataset.kind = kind;
-  setText(badge, { all: 'all runs', missing: 'no such run' }[kind] ?? kind);
+  runs.renderBadge($('#run-kind'), runMissing() ? 'missing' : runKind(state.run));
 }
 
 /** Whether the selected run does not exist: the server has no detail for it and the page holds none of its events. */
@@ -168,12 +145,7 @@ function renderRunAlert() {
 }
 
 function runKind(id) {
-  if (id === '') return 'all';
-  const known = state.runs.find((r) => r.id === id);
-  if (known) return known.kind;
-  if (id === 'live' || id.startsWith('live:')) return 'live';
-  if (id.startsWith('sim:') || id.startsWith('simulation:')) return 'simulation';
-  return 'test';
+  return runs.runKind(id, state.runs);
 }
 
 /**
