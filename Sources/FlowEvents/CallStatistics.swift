@@ -250,11 +250,7 @@ public enum CallStatistics {
         s.errors = errors(of: c, placement: c.kind == .fetch ? nil : placement)
         switch c.kind {
         case .fetch:
-            guard c.finished else { return s }
-            s.fetch = true
-            s.targetingLost = c.targetingLost
-            if c.errorCode == nil { s.source = c.source }
-            s.duration = c.duration
+            if c.finished { addEnd(of: c, to: &s) }
         case .preload:
             if let code = c.failed[placement], let seq = c.endSeq, let ts = c.endTs {
                 s.preloadError = PreloadError(code: code, ts: ts, seq: seq)
@@ -273,12 +269,17 @@ public enum CallStatistics {
         }
         s.errors = errors(of: c, placement: placement)
         for timeout in c.timeouts where placement == nil || (timeout.placement ?? c.placement) == placement { s.timeouts += 1 }
-        guard concerns, c.kind == .fetch, c.finished else { return s }
+        if concerns, c.kind == .fetch, c.finished { addEnd(of: c, to: &s) }
+        return s
+    }
+
+    /// What an ended fetch adds: a fetch, its targeting lost, its source (when it ended with a flow)
+    /// and its duration.
+    private static func addEnd(of c: borrowing Call, to s: inout Share) {
         s.fetch = true
         s.targetingLost = c.targetingLost
         if c.errorCode == nil { s.source = c.source }
         s.duration = c.duration
-        return s
     }
 
     /// Shares summed: a placement's row or the totals.

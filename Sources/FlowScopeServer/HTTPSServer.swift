@@ -390,10 +390,10 @@ final class ServerContext: Sendable {
         if !state.headersSeen {
             state.headersSeen = true
             if state.rawURI.isEmpty { state.rawURI = String(cString: url) }
-            if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: method) }
+            if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, state: state) }
             if let oversized = oversizedHead(state: state, connection: connection) {
                 // Answered at once, without reading a body; libmicrohttpd closes the connection after.
-                return queue(oversized, on: connection, method: method)
+                return queue(oversized, on: connection, state: state)
             }
             // libmicrohttpd has checked the field (decimal digits, at most UInt64.max): a length past
             // Int.max is over any cap, never absent (as Int(_:) alone made it).
@@ -411,7 +411,7 @@ final class ServerContext: Sendable {
             if let rejection = state.rejection, waitsForContinue || length > maxBodyBytes * 8 {
                 // The client waits for 100 Continue (or the body is absurd): answer now, without
                 // reading the body; libmicrohttpd closes the connection after.
-                return queue(rejection, on: connection, method: method)
+                return queue(rejection, on: connection, state: state)
             }
             // Otherwise read (and discard) the body and answer at its end, so the client is
             // sure to receive the answer and the connection stays usable. Answering on the first
@@ -432,10 +432,10 @@ final class ServerContext: Sendable {
             return .YES
         }
         if let rejection = state.rejection {
-            return queue(rejection, on: connection, method: method)
+            return queue(rejection, on: connection, state: state)
         }
         guard let queryItems = PercentDecoding.queryItems(state.rawQuery) else {
-            return queue(.error(400, "malformed percent-encoding in the query"), on: connection, method: method)
+            return queue(.error(400, "malformed percent-encoding in the query"), on: connection, state: state)
         }
         let request = Request(method: method, path: state.rawPath, rawPath: state.rawPath, queryItems: queryItems,
                               rawQuery: state.rawQuery, headers: headers(connection), body: state.body,
@@ -444,7 +444,7 @@ final class ServerContext: Sendable {
         if case .eventStream(let hub) = response.body, method != "HEAD" {
             return startStream(hub, response: response, request: request, on: connection)
         }
-        return queue(response, on: connection, method: method)
+        return queue(response, on: connection, state: state)
     }
 
     /// 414 for a request target over `maxHeaderBytes`, 431 for a request head (request line and
@@ -461,7 +461,7 @@ final class ServerContext: Sendable {
     }
 
     private func startStream(_ hub: SSEHub, response: Response, request: Request, on connection: OpaquePointer) -> MHD_Result {
-        if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, method: "GET") }
+        if stopping.load(ordering: .acquiring) { return queue(.error(503, "server is stopping"), on: connection, state: nil) }
         let lastEventID = request.header("last-event-id").flatMap { UInt64($0.trimmingSpaces) }
         let stream = hub.subscribe(connection: ConnectionRef(raw: connection), lastEventID: lastEventID) { [weak self] stream in
             _ = self?.streams.withLock { $0.removeValue(forKey: ObjectIdentifier(stream)) }
@@ -483,9 +483,13 @@ final class ServerContext: Sendable {
         return MHD_queue_response(connection, UInt32(response.status), raw)
     }
 
-    private func queue(_ response: Response, on connection: OpaquePointer, method: String) -> MHD_Result {
+    /// Queues `response` on `connection`, corking it when large (`TCPCork`; `state` remembers it).
+    private func queue(_ response: Response, on connection: OpaquePointer, state: RequestState?) -> MHD_Result {
         let body = response.bodyBytes
-        if handshake != nil, body.count > TCPCork.minimumBody { TCPCork.set(connection, true) }
+        if handshake != nil, body.count > TCPCork.minimumBody, let state {
+            TCPCork.set(connection, true)
+            state.corked = true
+        }
         if let queued = kept.withLock({ $0.queueAgain(response, body: body, on: connection) }) {
             keptHits.add(1, ordering: .relaxed)
             return queued
@@ -544,6 +548,8 @@ final class RequestState {
     var body: [UInt8] = []
     /// The answer decided before the body was read (413, 401); the body is discarded.
     var rejection: Response?
+    /// Its response was corked (`TCPCork`): uncorked when the request completes.
+    var corked = false
 
     init(rawURI: String) { self.rawURI = rawURI }
 
@@ -632,8 +638,9 @@ private func mhdURILog(cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?
 private func mhdCompleted(cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
                           conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, toe: MHD_RequestTerminationCode) {
     guard let cls, let conCls, let raw = conCls.pointee else { return }
-    if let connection, Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().handshake != nil { TCPCork.set(connection, false) }
-    Unmanaged<RequestState>.fromOpaque(raw).release()
+    let state = Unmanaged<RequestState>.fromOpaque(raw)
+    if let connection, state.takeUnretainedValue().corked { TCPCork.set(connection, false) }
+    state.release()
     conCls.pointee = nil
     Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().liveRequests.subtract(1, ordering: .relaxed)
 }
@@ -717,7 +724,7 @@ private func sseFree(cls: UnsafeMutableRawPointer?) {
 /// libmicrohttpd 0.9.75 writes a TLS response's head as one record and its body as records of at
 /// most 16 KiB, one `sendmsg` each; uncorked, each goes out as its own segment and wakes the
 /// client once per record. The cork is set when a response with a body over `minimumBody` is
-/// queued and cleared when libmicrohttpd reports the request completed (its last byte written, or
+/// queued and cleared when libmicrohttpd reports that request completed (its last byte written, or
 /// the connection ended), so nothing waits for the kernel's 200 ms cork limit. Smaller responses
 /// (two records) are not corked: the three `setsockopt` calls cost what the saved segment saves
 /// (measured with bench/nginx-compare.sh). Event streams are never corked. Elsewhere than Linux

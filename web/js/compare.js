@@ -5,16 +5,15 @@
 import * as api from './api.js';
 import * as fmt from './format.js';
 import { el, clear, svg, tooltip, setText, setHidden } from './svg.js';
+import { COMPARE_RANGE as RANGE_KEYS } from './url.js';
 
-/** Seconds between refreshes while a comparison is shown. */
+/** Milliseconds between refreshes while a comparison is shown. */
 const REFRESH_MS = 5000;
 const BINS = 24;
 const SOURCES = ['network', 'cache', 'defaultAudience', 'fallbackFile'];
 
 /** B is the selected run itself, over another time range. */
 export const SAME_RUN = '@same';
-/** The time range keys of each side, as the URL and the inputs name them. */
-export const RANGE_KEYS = ['aFrom', 'aTo', 'bFrom', 'bTo'];
 
 /**
  * The panel in `section`. `current()` is the selected run ('' for all runs), `paused()` whether the

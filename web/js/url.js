@@ -2,8 +2,8 @@
 // waterfall's zoom and the run compared with (`#run=live&call=<trace>&placement=&source=&range=5m&zoom=0.1-0.35&event=&tailRun=&compare=`).
 import * as filters from './filters.js';
 
-/** The compare panel's time range keys (js/compare.js). */
-const COMPARE_RANGE = ['aFrom', 'aTo', 'bFrom', 'bTo'];
+/** The URL keys of the compare panel's time ranges, A's and B's from and to (js/compare.js). */
+export const COMPARE_RANGE = ['aFrom', 'aTo', 'bFrom', 'bTo'];
 
 /** The view a hash describes: {run, call, filters, zoom, event, tailRun, compare, compareRanges} (null: not given). */
 export function viewFromHash(hash) {

@@ -242,6 +242,14 @@ final class SeriesTable<Child: AnyObject & Sendable>: Sendable {
         state.withLock { s in s.rows.withUnsafeBufferPointer { body($0) } }
     }
 
+    /// Appends the number of series, then what `values` appends for each series, in render order
+    /// (a family's `snapshot`).
+    func snapshot(into out: inout [UInt64], _ values: (Child, inout [UInt64]) -> Void) {
+        withRows { rows in
+            out.append(UInt64(rows.count))
+            for i in rows.indices { values(rows[i].child, &out) }
+        }
+    }
 }
 
 /// What every family kind shares: name, help, label names, unit and label value limits, validated.
@@ -362,10 +370,7 @@ public final class CounterFamily: MetricFamily {
 
     /// Appends the series count and every counter's value.
     public func snapshot(into state: inout [UInt64]) -> Bool {
-        table.withRows { rows in
-            state.append(UInt64(rows.count))
-            for i in rows.indices { state.append(rows[i].child.storage.load(ordering: .relaxed)) }
-        }
+        table.snapshot(into: &state) { counter, out in out.append(counter.storage.load(ordering: .relaxed)) }
         return true
     }
 
@@ -435,10 +440,7 @@ public final class GaugeFamily: MetricFamily {
 
     /// Appends the series count and every gauge's value (its bits).
     public func snapshot(into state: inout [UInt64]) -> Bool {
-        table.withRows { rows in
-            state.append(UInt64(rows.count))
-            for i in rows.indices { state.append(rows[i].child.bits.load(ordering: .relaxed)) }
-        }
+        table.snapshot(into: &state) { gauge, out in out.append(gauge.bits.load(ordering: .relaxed)) }
         return true
     }
 
@@ -522,13 +524,9 @@ public final class HistogramFamily: MetricFamily {
 
     /// Appends the series count and every histogram's bucket counts and sum.
     public func snapshot(into state: inout [UInt64]) -> Bool {
-        table.withRows { rows in
-            state.append(UInt64(rows.count))
-            for i in rows.indices {
-                let counts = rows[i].child.counts
-                for k in counts.indices { state.append(counts[k].value.load(ordering: .relaxed)) }
-                state.append(rows[i].child.sumBits.load(ordering: .relaxed))
-            }
+        table.snapshot(into: &state) { histogram, out in
+            for count in histogram.counts { out.append(count.value.load(ordering: .relaxed)) }
+            out.append(histogram.sumBits.load(ordering: .relaxed))
         }
         return true
     }

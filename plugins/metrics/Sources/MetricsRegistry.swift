@@ -127,7 +127,7 @@ public final class MetricsRegistry: Sendable {
         var state: [UInt64] = []
         state.reserveCapacity(1024)
         for family in families {
-            state.append(UInt64(UInt(bitPattern: ObjectIdentifier(family).hashValue)))
+            state.append(UInt64(UInt(bitPattern: ObjectIdentifier(family))))  // which family, by identity
             guard family.snapshot(into: &state) else { return nil }
         }
         return state
